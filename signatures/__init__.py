@@ -1,0 +1,1 @@
+"""arag.signatures"""
