@@ -50,6 +50,10 @@ class BaseRetriever:
     def _search(self, query: str, k: int) -> list[Passage]:
         raise NotImplementedError
 
+    def __deepcopy__(self, memo: dict) -> "BaseRetriever":
+        # DSPy's optimizers deep-copy programs; an index is read-only and shared, never copied.
+        return self
+
 
 def check_k(k: int) -> int:
     from arag.errors import ConfigError

@@ -1,1 +1,5 @@
-"""arag.signatures"""
+"""Typed DSPy signatures, grouped by the job they do. The docstring is the instruction."""
+
+from arag.signatures.answering import AnswerFromKnowledge, AnswerFromPassages
+
+__all__ = ["AnswerFromKnowledge", "AnswerFromPassages"]

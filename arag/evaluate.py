@@ -1,0 +1,225 @@
+"""The evaluation harness: run a program over a dev set, one JSON row per example, resumably.
+
+Rows are appended to `predictions.jsonl` as examples finish, so a kill loses only the examples
+in flight; rerunning with the same output folder skips every example already answered.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import dspy
+import ujson
+from tqdm import tqdm
+
+from arag.data.metrics import default_metrics, score_all
+from arag.errors import AragError, ConfigError, DataError
+
+PREDICTIONS = "predictions.jsonl"
+SUMMARY = "summary.json"
+RUN = "run.json"
+COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
+
+
+@dataclass
+class EvalResult:
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def evaluate(
+    program: dspy.Module,
+    devset: Sequence[dspy.Example],
+    *,
+    out_dir: str | Path | None = None,
+    threads: int = 1,
+    metrics: Sequence[str] | None = None,
+    run_info: dict[str, Any] | None = None,
+    progress: bool = True,
+    max_consecutive_failures: int = 10,
+) -> EvalResult:
+    """Run `program` on every example and score it.
+
+    `metrics` defaults to the ones that suit each example's dataset. With `out_dir`, rows go to
+    `out_dir/predictions.jsonl` as they finish and `out_dir/summary.json` at the end; examples
+    already answered there are skipped. `run_info` (program name, parameters, ...) is stored in
+    `out_dir/run.json` and must match on resume. An example that raises is recorded with its
+    error; a user error (AragError), or `max_consecutive_failures` failures in a row, stops the run.
+    """
+    if threads < 1:
+        raise ConfigError(f"threads must be at least 1, got {threads}")
+    _check_unique_ids(devset)
+    store = _RowStore(Path(out_dir), run_info or {}) if out_dir is not None else None
+    finished = store.finished() if store else {}
+    todo = [ex for ex in devset if str(ex.id) not in finished]
+    rows = {key: row for key, row in finished.items()}
+    started = time.perf_counter()
+    failures_in_row = 0
+    interrupted = False
+
+    def run_one(example: dspy.Example) -> dict[str, Any]:
+        return _run_example(program, example, metrics)
+
+    bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
+    pool = ThreadPoolExecutor(max_workers=threads)
+    try:
+        pending = {pool.submit(contextvars.copy_context().run, run_one, ex) for ex in todo}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                row = future.result()
+                rows[row["id"]] = row
+                if store:
+                    store.append(row)
+                bar.update()
+                failures_in_row = failures_in_row + 1 if "error" in row else 0
+                if failures_in_row >= max_consecutive_failures:
+                    raise AragError(
+                        f"stopped after {failures_in_row} failed examples in a row; last error: {row['error']}"
+                        + (f" (finished rows are kept in {store.dir})" if store else "")
+                    )
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        bar.close()
+        ordered = [rows[str(ex.id)] for ex in devset if str(ex.id) in rows]
+        summary = summarize(ordered, n_total=len(devset), wall_time=time.perf_counter() - started, run_info=run_info)
+        if store:
+            store.write_summary(summary)
+    return EvalResult(rows=ordered, summary=summary)
+
+
+def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[str] | None) -> dict[str, Any]:
+    names = list(metrics) if metrics else default_metrics(example)
+    row: dict[str, Any] = {"id": str(example.id), "question": example.question, "answers": list(example.answers)}
+    try:
+        pred = program(question=example.question)
+    except AragError:
+        raise
+    except Exception as exc:  # noqa: BLE001 — one failed example is recorded, the run goes on
+        row.update(prediction=None, metrics={name: 0.0 for name in names}, **{c: 0 for c in COUNTS}, trace=[])
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        return row
+    row["prediction"] = pred.answer
+    row["metrics"] = score_all(example, pred.answer, names)
+    row.update({c: int(pred.get(c, 0) or 0) for c in COUNTS})
+    extra = {k: v for k, v in pred.items() if k not in {"answer", "trace", *COUNTS}}
+    if extra:
+        row["outputs"] = _jsonable(extra)
+    row["trace"] = _jsonable(pred.get("trace", []))
+    return row
+
+
+def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
+              run_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mean metrics (failed examples score 0), total and mean counts, and the run's description."""
+    n = len(rows)
+    metric_names = sorted({name for row in rows for name in row["metrics"]})
+    means = {name: sum(row["metrics"].get(name, 0.0) for row in rows) / n if n else 0.0 for name in metric_names}
+    totals = {c: sum(int(row.get(c, 0)) for row in rows) for c in COUNTS}
+    return {
+        **(run_info or {}),
+        "n": n,
+        "n_total": n_total,
+        "complete": n == n_total,
+        "n_failed": sum("error" in row for row in rows),
+        "metrics": means,
+        "totals": totals,
+        "per_question": {c: totals[c] / n if n else 0.0 for c in COUNTS},
+        "wall_time_s": round(wall_time, 3),
+    }
+
+
+def _check_unique_ids(devset: Iterable[dspy.Example]) -> None:
+    seen: set[str] = set()
+    for ex in devset:
+        key = str(ex.id)
+        if key in seen:
+            raise DataError(f"example id {key!r} appears twice in the dataset; ids must be unique")
+        seen.add(key)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if hasattr(value, "model_dump"):
+        return _jsonable(value.model_dump())
+    return str(value)
+
+
+class _RowStore:
+    """predictions.jsonl (append-only, one flushed line per example), run.json and summary.json."""
+
+    def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = directory / PREDICTIONS
+        self._check_run(run_info)
+        self._drop_partial_last_line()
+        self._file = None
+
+    def _check_run(self, run_info: dict[str, Any]) -> None:
+        run_path = self.dir / RUN
+        if run_path.exists():
+            previous = ujson.loads(run_path.read_text(encoding="utf-8"))
+            changed = {k for k in set(previous) | set(run_info) if previous.get(k) != run_info.get(k)}
+            if changed:
+                raise ConfigError(
+                    f"{self.dir} holds a run with different settings ({', '.join(sorted(changed))}); "
+                    "use another --out, or the same settings to resume it"
+                )
+        else:
+            _write_atomic(run_path, ujson.dumps(run_info, indent=2))
+
+    def _drop_partial_last_line(self) -> None:
+        """A kill mid-write can leave half a line; cut it so appends stay line-aligned."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(self.path, "r+b") as f:
+                f.truncate(data.rfind(b"\n") + 1)
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        """Rows already answered (failed ones are run again), by example id."""
+        rows: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return rows
+        with open(self.path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                try:
+                    row = ujson.loads(line)
+                except ValueError:
+                    raise DataError(f"{self.path}:{lineno}: not a JSON row; move the file away to start over") from None
+                rows[row["id"]] = row
+        return {key: row for key, row in rows.items() if "error" not in row}
+
+    def append(self, row: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write(ujson.dumps(row, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        _write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,108 @@
+"""One trace format for every program: the steps it took, and what it cost.
+
+A program runs inside `recording()`; its steps append to the active `Trace`, and DSPy's
+callbacks and usage tracker count the LM calls and tokens made meanwhile. Every step is a
+plain JSON-ready dict whose `step` key names its kind (`retrieve`, `generate`, `judge`, ...).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
+
+import dspy
+from dspy.utils.callback import BaseCallback
+
+from arag.retrievers.base import Passage
+
+_active: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("arag_trace", default=None)
+
+
+class Trace:
+    """The steps of one program call and its counts: LM calls, tokens, retrievals, distinct passages."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.lm_calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.retrieval_calls = 0
+        self.passage_ids: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, step: str, **data: Any) -> dict[str, Any]:
+        """Append one step; returns its dict so later facts can be added to it."""
+        entry = {"step": step, **data}
+        with self._lock:
+            self.steps.append(entry)
+        return entry
+
+    def retrieval(self, query: str, passages: Sequence[Passage], *, why: str, k: int) -> dict[str, Any]:
+        """Record one retriever call: the query, why it was made, and which passages were new."""
+        with self._lock:
+            self.retrieval_calls += 1
+            new = [p.id for p in passages if p.id not in self.passage_ids]
+            self.passage_ids.update(new)
+        return self.add(
+            "retrieve",
+            why=why,
+            query=query,
+            k=k,
+            passages=[{"id": p.id, "title": p.title, "score": round(float(p.score), 4)} for p in passages],
+            new_ids=new,
+        )
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "lm_calls": self.lm_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "retrieval_calls": self.retrieval_calls,
+            "distinct_passages": len(self.passage_ids),
+        }
+
+    def prediction(self, **fields: Any) -> dspy.Prediction:
+        """The program's result: its output fields, the steps, and the counts."""
+        return dspy.Prediction(**fields, trace=list(self.steps), **self.counts())
+
+
+class _LMCallCounter(BaseCallback):
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+
+    def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        with self.trace._lock:
+            self.trace.lm_calls += 1
+
+
+def current_trace() -> Trace | None:
+    """The trace of the program call running in this context, if any."""
+    return _active.get()
+
+
+@contextmanager
+def recording() -> Iterator[Trace]:
+    """Record a program call. Nested calls (a program inside another) share the outer trace."""
+    outer = _active.get()
+    if outer is not None:
+        yield outer
+        return
+    trace = Trace()
+    token = _active.set(trace)
+    callbacks = [*(dspy.settings.get("callbacks") or []), _LMCallCounter(trace)]
+    try:
+        with dspy.context(callbacks=callbacks), dspy.track_usage() as usage:
+            try:
+                yield trace
+            finally:
+                _add_usage(trace, usage.get_total_tokens())
+    finally:
+        _active.reset(token)
+
+
+def _add_usage(trace: Trace, totals_by_lm: dict[str, dict[str, Any]]) -> None:
+    for totals in totals_by_lm.values():
+        trace.prompt_tokens += int(totals.get("prompt_tokens") or totals.get("input_tokens") or 0)
+        trace.completion_tokens += int(totals.get("completion_tokens") or totals.get("output_tokens") or 0)

@@ -1,0 +1,62 @@
+"""What every program shares: declared parameters, the retrieval step, and the traced result."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import dspy
+
+from arag.errors import ConfigError
+from arag.retrievers.base import Passage, Retriever
+from arag.trace import current_trace, recording
+from arag.programs.params import Param, resolve_params
+
+K = Param("k", 5, "passages per retrieval", low=1, high=100)
+
+
+class RAGProgram(dspy.Module):
+    """Base of every arag program.
+
+    Subclasses set `name` and `params`, build their predictors in `__init__`, and implement
+    `run(question) -> dict` (at least `answer`) using `self.retrieve` for every retriever call.
+    Parameters become attributes (`self.k`) and are saved with compiled programs.
+    """
+
+    name: ClassVar[str]
+    params: ClassVar[Sequence[Param]] = ()
+    needs_retriever: ClassVar[bool] = True
+
+    def __init__(self, retriever: Retriever | None = None, **params: Any) -> None:
+        super().__init__()
+        if self.needs_retriever and retriever is None:
+            raise ConfigError(f"program {self.name!r} needs a retriever: pass --corpus PATH or --retriever SPEC")
+        self.retriever = retriever
+        self.config = resolve_params(self.params, params, self.name)
+        self.check_params(self.config)
+        for key, value in self.config.items():
+            setattr(self, key, value)
+
+    def check_params(self, config: dict[str, Any]) -> None:
+        """Cross-parameter checks (e.g. lower <= upper); raise ConfigError."""
+
+    def forward(self, question: str) -> dspy.Prediction:
+        with recording() as trace:
+            result = self.run(question)
+        return trace.prediction(**result)
+
+    def run(self, question: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def retrieve(self, query: str, k: int | None = None, *, why: str) -> list[Passage]:
+        """Retrieve the top-k passages for `query`, recording the call and the reason for it."""
+        k = self.k if k is None else k
+        passages = self.retriever.retrieve(query, k)
+        trace = current_trace()
+        if trace is not None:
+            trace.retrieval(query, passages, why=why, k=k)
+        return passages
+
+    def note(self, step: str, **data: Any) -> dict[str, Any]:
+        """Record a step (a judgement, a decision, a generated sentence) in the active trace."""
+        trace = current_trace()
+        return trace.add(step, **data) if trace is not None else {"step": step, **data}

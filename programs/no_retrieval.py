@@ -1,0 +1,20 @@
+"""No retrieval: the LM answers from its own knowledge (the closed-book baseline)."""
+
+from arag.programs.base import RAGProgram
+from arag.programs.registry import register
+from arag.programs.steps import REASONING, predictor
+from arag.signatures import AnswerFromKnowledge
+
+
+@register
+class NoRetrieval(RAGProgram):
+    name = "no-retrieval"
+    params = (REASONING,)
+    needs_retriever = False
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.generate_answer = predictor(AnswerFromKnowledge, self.reasoning)
+
+    def run(self, question: str) -> dict:
+        return {"answer": self.generate_answer(question=question).answer}

@@ -1,0 +1,21 @@
+"""Single-time RAG: retrieve once with the question, answer from the top k passages."""
+
+from arag.programs.base import K, RAGProgram
+from arag.programs.registry import register
+from arag.programs.steps import REASONING, predictor
+from arag.retrievers import format_passages
+from arag.signatures import AnswerFromPassages
+
+
+@register
+class SingleRAG(RAGProgram):
+    name = "single-rag"
+    params = (K, REASONING)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.generate_answer = predictor(AnswerFromPassages, self.reasoning)
+
+    def run(self, question: str) -> dict:
+        passages = self.retrieve(question, why="question")
+        return {"answer": self.generate_answer(passages=format_passages(passages), question=question).answer}
