@@ -1,0 +1,89 @@
+"""Reading helpers shared by the corpus and example loaders; every failure is a DataError naming file and line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from arag.errors import DataError
+
+
+def existing_file(path: str | Path) -> Path:
+    """`path` as a Path, or a DataError when it is missing or not a file."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if not path.is_file():
+        raise DataError(f"{path}: not a file")
+    return path
+
+
+def base_suffix(path: Path) -> str:
+    """The lower-case extension, looking through a trailing `.gz`."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes.pop()
+    return suffixes[-1] if suffixes else ""
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(1-based line number, decoded line without its newline) for every line of a UTF-8 text file (gzip allowed)."""
+    path = existing_file(path)
+    with _open_binary(path) as handle:
+        for line_no, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{path}, line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            yield line_no, text.rstrip("\r\n")
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a JSON Lines file; an empty file is a DataError."""
+    path = Path(path)
+    found = False
+    for line_no, text in iter_lines(path):
+        if not text.strip():
+            continue
+        found = True
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}, line {line_no}: invalid JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise DataError(f"{path}, line {line_no}: expected a JSON object, got {type(record).__name__}")
+        yield line_no, record
+    if not found:
+        raise DataError(f"{path}: empty file")
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed content of a whole JSON document (gzip allowed)."""
+    path = existing_file(path)
+    with _open_binary(path) as handle:
+        raw = handle.read()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line_no = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}, line {line_no}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if not text.strip():
+        raise DataError(f"{path}: empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}, line {exc.lineno}: invalid JSON ({exc.msg}, column {exc.colno})") from None
+
+
+def first_non_blank(path: str | Path) -> str:
+    """The first non-blank line of a text file, stripped; an empty file is a DataError."""
+    for _, text in iter_lines(path):
+        if text.strip():
+            return text.strip()
+    raise DataError(f"{path}: empty file")

@@ -1,0 +1,128 @@
+"""Index folders of any kind: build, open by manifest, cache per corpus content, and retriever specs."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from arag.data.corpus import load_corpus
+from arag.errors import ConfigError, DataError, RetrieverError
+from arag.retrievers.base import Passage, Retriever
+from arag.retrievers.bm25 import BM25Retriever
+from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
+
+logger = logging.getLogger("arag")
+
+INDEX_KINDS: dict[str, type] = {BM25Retriever.kind: BM25Retriever}
+"""Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
+and `load(dir)`."""
+
+SPEC_FORMS = "bm25:DIR, or DIR (a folder holding an arag index)"
+
+
+def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kind: str = "bm25", **options) -> Path:
+    """Indexes a corpus file (or passages) into `out_dir`, which must not hold anything yet; returns `out_dir`."""
+    index_class = _index_class(kind)
+    _check_options(index_class, options)
+    if isinstance(corpus, (str, os.PathLike)):
+        passages, digest = load_corpus(corpus), file_sha256(corpus)
+    else:
+        passages, digest = corpus, None
+    return index_class.write_index(passages, Path(out_dir), corpus_sha256=digest, **options)
+
+
+def open_index(index_dir: str | Path) -> Retriever:
+    """The retriever over an index folder, whatever its kind (read from its manifest)."""
+    kind = read_manifest(index_dir)["kind"]
+    if kind not in INDEX_KINDS:
+        raise RetrieverError(
+            f"{index_dir} holds a {kind!r} index, which this arag cannot open; known kinds: {_known_kinds()}"
+        )
+    return INDEX_KINDS[kind].load(Path(index_dir))
+
+
+def index_cache_root() -> Path:
+    """Where `index_for_corpus` keeps its indexes: $ARAG_HOME/indexes, else ~/.cache/arag/indexes."""
+    arag_home = os.environ.get("ARAG_HOME")
+    return (Path(arag_home).expanduser() if arag_home else Path.home() / ".cache" / "arag") / "indexes"
+
+
+def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
+    """The retriever over a corpus file, indexed on first use and reused while the file's content is unchanged.
+
+    The cache is keyed by the SHA-256 of the file's bytes. Processes racing on the first use do not
+    corrupt it: each builds in its own staging folder, one rename wins and the others load its index.
+    """
+    index_class = _index_class(kind)
+    digest = file_sha256(corpus_path)
+    index_dir = index_cache_root() / kind / digest
+    if not (index_dir / MANIFEST_NAME).is_file():
+        passages = load_corpus(corpus_path)
+        logger.info(
+            "building %s index for corpus %s (%s passages) in %s — reused on later runs",
+            index_class.label,
+            corpus_path,
+            f"{len(passages):,}",
+            index_dir,
+        )
+        try:
+            index_class.write_index(passages, index_dir, corpus_sha256=digest)
+        except IndexExistsError:
+            pass  # another process published the same index first
+    return index_class.load(index_dir)
+
+
+def open_retriever(spec: str | None = None, *, corpus: str | Path | None = None) -> Retriever:
+    """The retriever a spec names (`bm25:DIR` or an index folder), else the cached index of `corpus`.
+
+    `spec` wins when both are given.
+    """
+    if spec:
+        kind, colon, location = spec.partition(":")
+        if colon and kind in INDEX_KINDS:
+            return INDEX_KINDS[kind].load(Path(location).expanduser())
+        if Path(spec).expanduser().is_dir():
+            return open_index(Path(spec).expanduser())
+        raise RetrieverError(
+            f"unknown retriever spec {spec!r} (no such folder, no known prefix); known forms: {SPEC_FORMS}"
+        )
+    if corpus:
+        return index_for_corpus(corpus)
+    raise ConfigError(
+        "no retriever: pass --corpus PATH (a passage corpus, indexed with BM25 on first use) "
+        f"or --retriever SPEC ({SPEC_FORMS})"
+    )
+
+
+def file_sha256(path: str | Path) -> str:
+    """The hex SHA-256 of a file's bytes."""
+    if not Path(path).is_file():
+        raise DataError(f"{path}: corpus file not found")
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _index_class(kind: str) -> type:
+    if kind not in INDEX_KINDS:
+        raise ConfigError(f"unknown index kind {kind!r}; known: {_known_kinds()}")
+    return INDEX_KINDS[kind]
+
+
+def _check_options(index_class: type, options: dict) -> None:
+    accepted = set(inspect.signature(index_class.write_index).parameters) - {"passages", "out_dir", "corpus_sha256"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"unknown {index_class.label} index option(s): {', '.join(unknown)}; known: {', '.join(sorted(accepted))}"
+        )
+
+
+def _known_kinds() -> str:
+    return ", ".join(sorted(INDEX_KINDS))

@@ -1,0 +1,73 @@
+"""Index folders on disk: the `arag-index.json` manifest and atomic publication of a finished build."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from arag.errors import RetrieverError
+
+MANIFEST_NAME = "arag-index.json"
+
+
+class IndexExistsError(RetrieverError):
+    """The folder a build should publish to is already taken (e.g. another process finished first)."""
+
+
+def write_manifest(index_dir: Path, **fields) -> dict:
+    """Writes the manifest (`fields` plus a `created` UTC timestamp) into `index_dir` and returns it."""
+    manifest = {**fields, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    (index_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return manifest
+
+
+def read_manifest(index_dir: str | Path) -> dict:
+    """The manifest of an index folder, or a RetrieverError naming the folder when it is missing or corrupt."""
+    index_dir = Path(index_dir)
+    if not index_dir.is_dir():
+        raise RetrieverError(f"{index_dir}: no such index folder")
+    path = index_dir / MANIFEST_NAME
+    if not path.is_file():
+        raise RetrieverError(f"{index_dir} holds no arag index ({MANIFEST_NAME} is missing)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise RetrieverError(f"{index_dir}: unreadable {MANIFEST_NAME} ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("kind"), str):
+        raise RetrieverError(f"{index_dir}: corrupt {MANIFEST_NAME} (no index 'kind')")
+    return manifest
+
+
+def is_taken(path: Path) -> bool:
+    """True when `path` exists as anything but an empty folder."""
+    return path.exists() and not (path.is_dir() and not any(path.iterdir()))
+
+
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """A fresh sibling folder to build in; renamed to `out_dir` only when the block completes.
+
+    A build that fails or is killed never leaves a loadable folder at `out_dir`. When `out_dir` is
+    taken before or at the rename, IndexExistsError is raised and the staged files are discarded.
+    """
+    if is_taken(out_dir):
+        raise IndexExistsError(f"{out_dir} already exists and is not empty; remove it or choose another folder")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        yield staging
+        try:
+            os.rename(staging, out_dir)
+        except OSError as exc:
+            if is_taken(out_dir):
+                raise IndexExistsError(f"{out_dir} was created by someone else during this build") from exc
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
