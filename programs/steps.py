@@ -1,13 +1,44 @@
-"""Building blocks programs compose: how a predictor is made for a given reasoning mode."""
+"""Building blocks every program composes: predictor choice, sentence splitting, final-answer reading."""
+
+from __future__ import annotations
+
+import re
+import threading
 
 import dspy
+import pysbd
 
 from arag.programs.params import Param
 
 REASONING = Param("reasoning", "cot", "think step by step before the answer (cot) or answer directly",
                   choices=("cot", "direct"), tunable=False)
 
+_segmenters = threading.local()
+_FINAL_ANSWER = re.compile(r"(?:so\s+)?the\s+(?:final\s+)?answer\s+is\s*:?\s*(.+?)\s*$", re.IGNORECASE | re.DOTALL)
+
 
 def predictor(signature: type[dspy.Signature], reasoning: str) -> dspy.Module:
     """`ChainOfThought` for "cot" (reasoning before the output fields), `Predict` for "direct"."""
     return dspy.ChainOfThought(signature) if reasoning == "cot" else dspy.Predict(signature)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The sentences of `text` (pysbd's rule-based splitter), each with its trailing space kept,
+    so that `"".join(split_sentences(t)) == t` for text without leading whitespace."""
+    if not text.strip():
+        return []
+    segmenter = getattr(_segmenters, "segmenter", None)
+    if segmenter is None:
+        segmenter = _segmenters.segmenter = pysbd.Segmenter(language="en", clean=False)
+    return [s for s in segmenter.segment(text) if s.strip()]
+
+
+def final_answer(text: str) -> str:
+    """The short answer a long-form output ends on ("... so the answer is X."), else the whole text."""
+    last = None
+    for sentence in split_sentences(text):
+        match = _FINAL_ANSWER.search(sentence)
+        if match:
+            last = match.group(1)
+    answer = text if last is None else last
+    return answer.strip().rstrip(".").strip()

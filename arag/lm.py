@@ -1,0 +1,496 @@
+"""Building DSPy LMs, reading token log-probabilities, and raw ``/v1/completions`` calls.
+
+This is the one place the project reads log-probabilities: ``completion_logprobs`` (a whole
+completion), ``field_logprobs`` (one output field of a prediction) and ``label_probabilities``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from json.decoder import scanstring
+from typing import Any
+
+import dspy
+from dspy import lm15
+from dspy._vendor.lm15.errors import map_http_error
+from dspy.utils.exceptions import LMConfigurationError
+
+from arag.errors import ConfigError, LMError
+
+PLACEHOLDER_API_KEY = "no-key-needed"
+DEFAULT_MAX_TOKENS = 2048
+DEFAULT_TIMEOUT_S = 120.0
+
+_ENABLE_LOGPROBS_HINT = (
+    "build the LM with logprobs=True (arag.lm.build_lm(..., logprobs=True, top_logprobs=5), or "
+    "dspy.Predict(..., logprobs=True)) and use an endpoint that returns log-probabilities "
+    "(OpenAI, vLLM and llama.cpp servers do; not every provider does)"
+)
+
+
+def build_lm(
+    model: str,
+    *,
+    api_base: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    logprobs: bool = False,
+    top_logprobs: int | None = None,
+    temperature: float | None = 0.0,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    cache: bool = True,
+    **kwargs: Any,
+) -> dspy.LM:
+    """A ``dspy.LM`` for ``provider/model``, e.g. ``openai/gpt-4o-mini``, or ``openai/MODEL`` with
+    ``api_base="http://HOST:PORT/v1"`` for any OpenAI-compatible server (vLLM, Ollama, llama.cpp).
+
+    For ``openai/`` models and any model at ``api_base`` the key is read from the environment
+    variable ``api_key_env`` (a local server without one gets a placeholder); other providers read
+    their own variable (e.g. ``ANTHROPIC_API_KEY``) inside DSPy. Extra ``kwargs`` go to ``dspy.LM``.
+    """
+    provider, slash, name = model.partition("/")
+    if not (slash and provider and name):
+        raise ConfigError(
+            f"LM {model!r} has no provider prefix: write it as provider/model, e.g. openai/gpt-4o-mini, "
+            f"or openai/{model or 'MODEL'} with api_base=http://HOST:PORT/v1 for an OpenAI-compatible server"
+        )
+    if top_logprobs is not None and not logprobs:
+        raise ConfigError(f"top_logprobs={top_logprobs} needs logprobs=True")
+    settings = dict(kwargs)
+    if logprobs:
+        settings["logprobs"] = True
+        if top_logprobs is not None:
+            settings["top_logprobs"] = top_logprobs
+    if api_base:
+        settings["api_base"] = api_base
+    if api_base or provider == "openai":
+        key = os.environ.get(api_key_env)
+        if not key and not api_base:
+            raise ConfigError(
+                f"{api_key_env} is not set: export {api_key_env}=<your key> for {model}, pass api_key_env=<the "
+                "variable that holds it>, or for a local OpenAI-compatible server pass api_base=http://HOST:PORT/v1"
+            )
+        settings["api_key"] = key or PLACEHOLDER_API_KEY
+    try:
+        return dspy.LM(model, temperature=temperature, max_tokens=max_tokens, cache=cache, **settings)
+    except (ValueError, TypeError, LMConfigurationError) as exc:
+        raise ConfigError(f"cannot build LM {model!r}: {exc}") from exc
+
+
+def require_lm() -> dspy.BaseLM:
+    """The configured ``dspy.settings.lm``; a ConfigError saying how to configure one if there is none."""
+    lm = dspy.settings.lm
+    if lm is None:
+        raise ConfigError(
+            "no LM is configured. In Python: dspy.configure(lm=arag.lm.build_lm('openai/MODEL')), adding "
+            "api_base='http://HOST:PORT/v1' for an OpenAI-compatible server. On the command line: "
+            "--lm openai/MODEL [--api-base URL]. The API key is read from OPENAI_API_KEY (a local server needs none)."
+        )
+    return lm
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token, its log-probability, and the top candidates ``(token, logprob)`` at its position."""
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def prob(self) -> float:
+        return math.exp(self.logprob)
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+
+def _raw_logprobs(source: Any) -> Any:
+    if isinstance(source, lm15.Response):
+        return source.logprobs
+    if isinstance(source, dspy.Example):
+        return source.get("logprobs")
+    if isinstance(source, Mapping) and "content" not in source:
+        return source.get("logprobs")
+    return source
+
+
+def _missing_logprobs(what: str) -> LMError:
+    lm = dspy.settings.lm
+    configured = f" (configured LM: {lm.model})" if getattr(lm, "model", None) else ""
+    return LMError(f"{what} carries no token log-probabilities{configured}: {_ENABLE_LOGPROBS_HINT}")
+
+
+def completion_logprobs(source: Any) -> list[TokenLogprob]:
+    """The tokens of a whole completion, adapter markup included.
+
+    ``source`` is a prediction (``pred.logprobs``), an LM call output (``{"text", "logprobs"}``), an
+    ``lm15.Response``, or a logprobs object itself; native, LiteLLM and custom-engine shapes alike.
+    """
+    raw = _raw_logprobs(source)
+    entries = raw if raw is None or isinstance(raw, (list, tuple)) else _get(raw, "content")
+    if not entries:
+        raise _missing_logprobs("the prediction" if isinstance(source, dspy.Example) else "the LM output")
+    tokens = []
+    for entry in entries:
+        top = _get(entry, "top_logprobs")
+        top = _get(entry, "top") if top is None else top
+        tokens.append(
+            TokenLogprob(
+                token=_get(entry, "token"),
+                logprob=float(_get(entry, "logprob")),
+                top=tuple((_get(item, "token"), float(_get(item, "logprob"))) for item in top or ()),
+            )
+        )
+    return tokens
+
+
+_CHAT_HEADER = re.compile(r"^[ \t]*\[\[ ## (\w+) ## \]\][ \t]*", re.MULTILINE)
+
+
+def _chat_span(text: str, field: str) -> tuple[int, int] | None:
+    headers = list(_CHAT_HEADER.finditer(text))
+    for index, header in enumerate(headers):
+        if header.group(1) == field:
+            start = header.end()
+            end = headers[index + 1].start() if index + 1 < len(headers) else len(text)
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            return start, end
+    return None
+
+
+def _skip_space(text: str, index: int) -> int:
+    while index < len(text) and text[index].isspace():
+        index += 1
+    return index
+
+
+def _json_span(text: str, field: str) -> tuple[int, int] | None:
+    """Span of a top-level member's value in the first JSON object of text (a string's content, without quotes)."""
+    index = text.find("{")
+    if index < 0:
+        return None
+    decoder = json.JSONDecoder(strict=False)
+    index = _skip_space(text, index + 1)
+    try:
+        while text.startswith('"', index):
+            key, index = scanstring(text, index + 1, False)
+            index = _skip_space(text, index)
+            if not text.startswith(":", index):
+                return None
+            index = _skip_space(text, index + 1)
+            if text.startswith('"', index):
+                _, end = scanstring(text, index + 1, False)
+                span = (index + 1, end - 1)
+            else:
+                _, end = decoder.raw_decode(text, index)
+                span = (index, end)
+            if key == field:
+                return span
+            index = _skip_space(text, end)
+            if not text.startswith(",", index):
+                return None
+            index = _skip_space(text, index + 1)
+    except ValueError:
+        return None
+    return None
+
+
+@dataclass(frozen=True)
+class _FieldTokens:
+    tokens: list[TokenLogprob]
+    head: str
+    tail: str
+
+
+def _field_tokens(source: Any, field: str) -> _FieldTokens:
+    tokens = completion_logprobs(source)
+    text = "".join(token.token for token in tokens)
+    span = _chat_span(text, field) or _json_span(text, field)
+    if span is None:
+        raise LMError(
+            f"output field {field!r} is not in the completion (neither a [[ ## {field} ## ]] section nor a JSON "
+            "member): the LM did not produce it, or its answer was cut short (raise max_tokens)"
+        )
+    start, end = span
+    selected, position = [], 0
+    for token in tokens:
+        token_start, position = position, position + len(token.token)
+        if token_start < end and position > start:
+            selected.append((token, token_start))
+    while selected and not selected[0][0].token.strip():
+        selected.pop(0)
+    while selected and not selected[-1][0].token.strip():
+        selected.pop()
+    if not selected:
+        return _FieldTokens([], "", "")
+    first, first_start = selected[0]
+    head = first.token[: max(start - first_start, 0)]
+    tail = first.token[max(end - first_start, 0) :] if first_start + len(first.token) > end else ""
+    return _FieldTokens([token for token, _ in selected], head, tail)
+
+
+def field_logprobs(prediction: Any, field: str) -> list[TokenLogprob]:
+    """The tokens of one output field's text, for ChatAdapter (``[[ ## field ## ]]``) and JSONAdapter output.
+
+    Tokens partly inside the field's text are included (e.g. a token joining a JSON quote and a word);
+    whitespace-only tokens at either end are not.
+    """
+    return _field_tokens(prediction, field).tokens
+
+
+def _matching_label(candidate: str, labels: Sequence[str]) -> str | None:
+    text = candidate.strip().lower()
+    if not text:
+        return None
+    exact = [label for label in labels if label.lower() == text]
+    if exact:
+        return exact[0]
+    prefixed = [label for label in labels if label.lower().startswith(text)]
+    return prefixed[0] if len(prefixed) == 1 else None
+
+
+def label_probabilities(prediction: Any, field: str, labels: Sequence[str]) -> dict[str, float]:
+    """Probability of each label for a classification-like output field, normalised over ``labels``.
+
+    Read from the top candidates of the field's first token: a candidate counts for the label it spells
+    or begins (case-insensitive, surrounding whitespace ignored, so " Yes" and "yes" both count for "Yes").
+    Labels should differ in their first token. All zeros when no candidate matches any label.
+    """
+    found = _field_tokens(prediction, field)
+    if not found.tokens:
+        raise LMError(f"output field {field!r} is empty: there is no token to read label probabilities from")
+    first = found.tokens[0]
+    if not first.top:
+        raise LMError(
+            f"the first token of field {field!r} has no top log-probabilities: build the LM with logprobs=True "
+            f"and top_logprobs=k (k at least {len(labels)}, e.g. 5), on an endpoint that returns them"
+        )
+    candidates = dict(first.top)
+    candidates.setdefault(first.token, first.logprob)
+    masses = dict.fromkeys(labels, 0.0)
+    for token, logprob in candidates.items():
+        if found.head and token.startswith(found.head):
+            token = token[len(found.head) :]
+        if found.tail and token.endswith(found.tail):
+            token = token[: -len(found.tail)]
+        label = _matching_label(token, labels)
+        if label is not None:
+            masses[label] += math.exp(logprob)
+    total = sum(masses.values())
+    return {label: (mass / total if total else 0.0) for label, mass in masses.items()}
+
+
+class ThreadedAsyncEngine:
+    """The async counterpart of a sync engine: each call runs in a worker thread."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+
+    async def complete(self, request: lm15.Request) -> lm15.Response:
+        return await asyncio.to_thread(self.engine.complete, request)
+
+    async def stream(self, request: lm15.Request):
+        for event in lm15.response_to_events(await self.complete(request)):
+            yield event
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.engine.close)
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        return float(headers.get("retry-after"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+
+
+def _completions_arguments(config: lm15.Config) -> dict[str, Any]:
+    refused = [name for name in ("response_format", "tool_choice", "reasoning") if getattr(config, name) is not None]
+    if refused:
+        raise lm15.UnsupportedFeatureError(
+            f"/v1/completions takes a plain prompt; it has no {', '.join(refused)}", feature=f"config.{refused[0]}"
+        )
+    arguments = {
+        name: getattr(config, name)
+        for name in ("max_tokens", "temperature", "top_p", "seed", "frequency_penalty", "presence_penalty")
+        if getattr(config, name) is not None
+    }
+    if config.stop:
+        arguments["stop"] = list(config.stop)
+    if config.logprobs is not None:
+        arguments["logprobs"] = config.logprobs
+    extra = dict(config.extensions or {})
+    if config.top_k is not None:
+        extra["top_k"] = config.top_k
+    if extra:
+        arguments["extra_body"] = extra
+    return arguments
+
+
+def _lm15_logprobs(logprobs: Any) -> tuple[lm15.TokenLogprob, ...]:
+    """lm15 tokens from the completions API's ``tokens`` / ``token_logprobs`` / ``top_logprobs`` lists."""
+    tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
+    return tuple(
+        lm15.TokenLogprob(
+            token,
+            float(logprob),
+            top=tuple(lm15.TopLogprob(t, float(lp)) for t, lp in sorted((top or {}).items(), key=lambda i: -i[1])),
+        )
+        for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, tops)
+    )
+
+
+class CompletionsEngine:
+    """A DSPy engine posting one prompt, exactly as given, to an OpenAI-compatible ``/v1/completions``.
+
+    DSPy's own ``model_type="text"`` rewrites prompts; this engine sends the single user message's text
+    unchanged and returns lm15 token log-probabilities, so DSPy's cache and retries still apply.
+    The API key is read from ``api_key_env`` on first use (a placeholder when unset) and never saved.
+    """
+
+    def __init__(
+        self, api_base: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = DEFAULT_TIMEOUT_S
+    ):
+        self.api_base = api_base
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self._client = None
+        self._lock = threading.Lock()
+
+    def _openai(self):
+        with self._lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(
+                    base_url=self.api_base,
+                    api_key=os.environ.get(self.api_key_env) or PLACEHOLDER_API_KEY,
+                    timeout=self.timeout,
+                    max_retries=0,
+                )
+            return self._client
+
+    def complete(self, request: lm15.Request) -> lm15.Response:
+        import openai
+
+        if request.system or len(request.messages) != 1 or request.messages[0].role != "user" or request.tools:
+            raise lm15.UnsupportedFeatureError(
+                "CompletionsEngine sends one raw prompt: call it with a single user message "
+                "(arag.lm.complete_raw(lm, prompt)), not through a DSPy adapter",
+                feature="messages",
+            )
+        prompt = request.messages[0].text or ""
+        try:
+            completion = self._openai().completions.create(
+                model=self.model, prompt=prompt, **_completions_arguments(request.config)
+            )
+        except openai.APITimeoutError as exc:
+            raise lm15.TimeoutError(f"{self.api_base}/completions timed out after {self.timeout}s") from exc
+        except openai.APIConnectionError as exc:
+            raise lm15.TransportError(f"cannot reach {self.api_base}/completions: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise map_http_error(
+                exc.status_code, exc.message, provider="completions", retry_after=_retry_after(exc.response.headers)
+            ) from exc
+        return self._response(completion, request)
+
+    def _response(self, completion: Any, request: lm15.Request) -> lm15.Response:
+        choice = completion.choices[0]
+        wanted = request.config.logprobs is not None and choice.logprobs is not None and choice.logprobs.tokens
+        counts = completion.usage
+        usage = lm15.Usage(counts.prompt_tokens, counts.completion_tokens) if counts else lm15.Usage()
+        return lm15.Response(
+            id=completion.id or None,
+            model=completion.model or self.model,
+            message=lm15.Message.assistant((lm15.TextPart(choice.text or ""),)),
+            finish_reason="length" if choice.finish_reason == "length" else "stop",
+            usage=usage,
+            logprobs=_lm15_logprobs(choice.logprobs) if wanted else None,
+        )
+
+    def stream(self, request: lm15.Request):
+        yield from lm15.response_to_events(self.complete(request))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def dump_state(self) -> dict[str, Any]:
+        return {
+            "api_base": self.api_base,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "timeout": self.timeout,
+        }
+
+    @classmethod
+    def load_state(cls, state: Mapping[str, Any]) -> CompletionsEngine:
+        return cls(**state)
+
+    def __reduce__(self):
+        return type(self), (self.api_base, self.model, self.api_key_env, self.timeout)
+
+
+class AsyncCompletionsEngine(ThreadedAsyncEngine):
+    """The async counterpart of CompletionsEngine, savable with a program."""
+
+    def dump_state(self) -> dict[str, Any]:
+        return self.engine.dump_state()
+
+    @classmethod
+    def load_state(cls, state: Mapping[str, Any]) -> AsyncCompletionsEngine:
+        return cls(CompletionsEngine.load_state(state))
+
+
+def completions_lm(
+    model: str,
+    api_base: str,
+    *,
+    api_key_env: str = "OPENAI_API_KEY",
+    timeout: float = DEFAULT_TIMEOUT_S,
+    temperature: float | None = 0.0,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    **kwargs: Any,
+) -> dspy.LM:
+    """A ``dspy.LM`` named ``completions/<model>`` that sends raw prompts to ``api_base``'s /v1/completions.
+
+    Call it through ``complete_raw``; extra ``kwargs`` (e.g. ``stop``, ``cache``) go to ``dspy.LM``.
+    """
+    engine = CompletionsEngine(api_base, model, api_key_env=api_key_env, timeout=timeout)
+    return dspy.LM(
+        f"completions/{model}",
+        engine=engine,
+        async_engine=AsyncCompletionsEngine(engine),
+        temperature=temperature,
+        max_tokens=max_tokens,
+        **kwargs,
+    )
+
+
+def complete_raw(
+    lm: dspy.BaseLM, prompt: str, *, top_logprobs: int | None = None, **config: Any
+) -> tuple[str, list[TokenLogprob]]:
+    """Send ``prompt`` as the single user message and return the completion text and its tokens.
+
+    ``config`` overrides the LM's settings for this call (``stop``, ``max_tokens``, ``temperature`` ...).
+    Cached like any DSPy call.
+    """
+    if top_logprobs is not None:
+        config["top_logprobs"] = top_logprobs
+    output = lm(prompt, logprobs=True, **config)[0]
+    text = output.get("text") or ""
+    return (text, completion_logprobs(output)) if text else ("", [])
