@@ -74,6 +74,8 @@ def index_build(corpus: str, out_dir: str, kind: str) -> None:
 
 
 def lm_options(fn):
+    fn = click.option("--logprobs", is_flag=True,
+                      help="Ask the LM for token log-probabilities on every call (traces then carry answer confidence).")(fn)
     fn = click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
                       help="Environment variable holding the API key.")(fn)
     fn = click.option("--api-base", envvar="ARAG_API_BASE", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")(fn)
@@ -100,7 +102,7 @@ def retriever_options(fn):
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Examples run at once.")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
 def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, retriever_spec: str | None,
-                 lm_spec: str | None, api_base: str | None, api_key_env: str, param_pairs: tuple[str, ...],
+                 lm_spec: str | None, api_base: str | None, api_key_env: str, logprobs: bool, param_pairs: tuple[str, ...],
                  params_file: str | None, metrics: tuple[str, ...], limit: int | None, threads: int,
                  out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
@@ -122,7 +124,8 @@ def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, 
     if not lm_spec:
         raise ConfigError("no LM configured: pass --lm provider/model (with --api-base URL for a local "
                           "OpenAI-compatible server such as vLLM or Ollama), or set ARAG_LM")
-    lm = build_lm(lm_spec, api_base=api_base, api_key_env=api_key_env)
+    lm = build_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, logprobs=logprobs,
+                  top_logprobs=5 if logprobs else None)
     examples = load_examples(dataset, fmt=fmt, limit=limit)
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
     program = build_program(program_name, retriever, **params)

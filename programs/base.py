@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Sequence
 import dspy
 
 from arag.errors import ConfigError
+from arag.lm import field_logprobs
 from arag.retrievers.base import Passage, Retriever
 from arag.trace import current_trace, recording
 from arag.programs.params import Param, resolve_params
@@ -55,6 +56,17 @@ class RAGProgram(dspy.Module):
         if trace is not None:
             trace.retrieval(query, passages, why=why, k=k)
         return passages
+
+    def answered(self, prediction: dspy.Prediction, field: str = "answer") -> str:
+        """Record the final answer as an `answer` step (with its lowest and mean token probability
+        when the LM returned log-probabilities) and return its text."""
+        text = prediction[field]
+        step = self.note("answer", answer=text)
+        if prediction.get("logprobs"):
+            probs = [t.prob for t in field_logprobs(prediction, field)]
+            if probs:
+                step.update(min_token_prob=round(min(probs), 4), mean_token_prob=round(sum(probs) / len(probs), 4))
+        return text
 
     def note(self, step: str, **data: Any) -> dict[str, Any]:
         """Record a step (a judgement, a decision, a generated sentence) in the active trace."""

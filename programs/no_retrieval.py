@@ -17,4 +17,4 @@ class NoRetrieval(RAGProgram):
         self.generate_answer = predictor(AnswerFromKnowledge, self.reasoning)
 
     def run(self, question: str) -> dict:
-        return {"answer": self.generate_answer(question=question).answer}
+        return {"answer": self.answered(self.generate_answer(question=question))}

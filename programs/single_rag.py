@@ -18,4 +18,5 @@ class SingleRAG(RAGProgram):
 
     def run(self, question: str) -> dict:
         passages = self.retrieve(question, why="question")
-        return {"answer": self.generate_answer(passages=format_passages(passages), question=question).answer}
+        prediction = self.generate_answer(passages=format_passages(passages), question=question)
+        return {"answer": self.answered(prediction)}

@@ -14,7 +14,7 @@ REASONING = Param("reasoning", "cot", "think step by step before the answer (cot
                   choices=("cot", "direct"), tunable=False)
 
 _segmenters = threading.local()
-_FINAL_ANSWER = re.compile(r"(?:so\s+)?the\s+(?:final\s+)?answer\s+is\s*:?\s*(.+?)\s*$", re.IGNORECASE | re.DOTALL)
+_ANSWER_CUE = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE)
 
 
 def predictor(signature: type[dspy.Signature], reasoning: str) -> dspy.Module:
@@ -35,10 +35,8 @@ def split_sentences(text: str) -> list[str]:
 
 def final_answer(text: str) -> str:
     """The short answer a long-form output ends on ("... so the answer is X."), else the whole text."""
-    last = None
-    for sentence in split_sentences(text):
-        match = _FINAL_ANSWER.search(sentence)
-        if match:
-            last = match.group(1)
-    answer = text if last is None else last
-    return answer.strip().rstrip(".").strip()
+    cues = list(_ANSWER_CUE.finditer(text))
+    if cues:
+        rest = text[cues[-1].end():]
+        text = (split_sentences(rest) or [rest])[0]
+    return text.strip().rstrip(".").strip()

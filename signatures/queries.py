@@ -1,0 +1,1 @@
+"""Signatures that write retrieval queries: follow-up questions, keyword rewrites, sub-questions."""

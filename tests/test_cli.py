@@ -1,0 +1,136 @@
+"""The `arag` command line, end to end over a loopback OpenAI-compatible server."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ujson
+from click.testing import CliRunner
+
+from arag.cli import main
+from arag.data import sample_paths
+from arag.testing import OpenAICompatibleServer, Scripted
+
+ANSWER_PROBS = [0.9, 0.5, 0.8]
+
+
+def chief_of_protocol(call):
+    return {f: Scripted("Chief of Protocol", ANSWER_PROBS) if f == "answer" else "From the passages." for f in call.output_fields}
+
+
+@pytest.fixture(autouse=True)
+def private_index_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "arag-home"))
+
+
+def run_cli(*args):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_eval_single_rag_over_http_on_hotpotqa(shared_dataset, tmp_path):
+    hotpot = shared_dataset("hotpotqa")
+    out = tmp_path / "run"
+    with OpenAICompatibleServer(chief_of_protocol) as server:
+        result = run_cli(
+            "eval", "--program", "single-rag", "--dataset", str(hotpot / "public.jsonl"),
+            "--corpus", str(hotpot / "corpus.jsonl"), "--lm", "openai/loopback-model", "--api-base", server.url,
+            "--logprobs", "--param", "k=4", "--limit", "12", "--threads", "3", "--out", str(out),
+        )
+        assert result.exit_code == 0, result.output
+        requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    assert len(requests) == 12
+    assert all(r["body"]["logprobs"] is True and r["body"]["top_logprobs"] == 5 for r in requests)
+    rows = [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 12 and not any("error" in r for r in rows)
+    first = next(r for r in rows if r["id"] == "5a8c7595554299585d9e36b6")
+    assert first["metrics"]["em"] == 1.0 and first["retrieval_calls"] == 1 and first["distinct_passages"] == 4
+    answer_step = first["trace"][-1]
+    assert answer_step["min_token_prob"] == pytest.approx(min(ANSWER_PROBS))
+    assert answer_step["mean_token_prob"] == pytest.approx(sum(ANSWER_PROBS) / 3, abs=1e-4)
+    summary = ujson.loads((out / "summary.json").read_text())
+    assert summary["n"] == 12 and summary["params"] == {"k": 4, "reasoning": "cot"}
+    assert summary["totals"]["lm_calls"] == 12 and summary["per_question"]["distinct_passages"] == 4
+
+
+def test_programs_lists_parameters():
+    result = run_cli("programs")
+    assert result.exit_code == 0
+    assert "single-rag" in result.output and "k=5 [1, 100]" in result.output
+
+
+def test_index_build(tmp_path):
+    _, corpus = sample_paths()
+    result = run_cli("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "idx"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "idx" / "arag-index.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"--program": "flair"}, "unknown program 'flair'"),
+        ({"--param": "kk=3"}, "unknown parameter(s) kk"),
+        ({"--param": "k=0"}, "parameter 'k' must be in [1, 100]"),
+        ({"--lm": None}, "no LM configured"),
+        ({"--dataset": "missing.jsonl"}, "missing.jsonl"),
+        ({"--dataset": "{bad}"}, "bad.jsonl, line 2: invalid JSON"),
+        ({"--corpus": "missing-corpus.jsonl"}, "missing-corpus.jsonl"),
+        ({"--params-file": "missing.json"}, "--params-file missing.json: no such file"),
+    ],
+)
+def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, overrides, message):
+    questions, corpus = sample_paths()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "question": "q", "answers": ["a"]}\n{"id": "2", "question": \n')
+    options = {"--program": "single-rag", "--dataset": str(questions), "--corpus": str(corpus),
+               "--lm": "openai/x", "--api-base": "http://127.0.0.1:9/v1", "--out": str(tmp_path / "out")}
+    options.update({key: value and value.format(bad=bad) for key, value in overrides.items()})
+    argv = [part for key, value in options.items() if value is not None for part in (key, value)]
+    env = {k: v for k, v in os.environ.items() if k not in {"ARAG_LM", "ARAG_API_BASE"}}
+    proc = subprocess.run([sys.executable, "-m", "arag.cli", "eval", *argv], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "predictions.jsonl").exists()
+
+
+def test_a_killed_eval_resumes_to_the_same_rows(tmp_path):
+    questions, corpus = sample_paths()
+
+    def command(out):
+        return [sys.executable, "-m", "arag.cli", "eval", "--program", "single-rag", "--dataset", str(questions),
+                "--corpus", str(corpus), "--lm", "openai/loopback-model", "--api-base", server.url,
+                "--threads", "2", "--out", str(out)]
+
+    def answer_by_question(call):
+        return {f: call.inputs["question"][:12] if f == "answer" else "." for f in call.output_fields}
+
+    env = {**os.environ, "ARAG_HOME": str(tmp_path / "home")}
+    with OpenAICompatibleServer(answer_by_question, latency=0.05) as server:
+        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env, timeout=300)
+        killed = tmp_path / "killed"
+        proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        predictions = killed / "predictions.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and (not predictions.exists() or predictions.read_text().count("\n") < 4):
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        done_before = predictions.read_text().count("\n")
+        assert 4 <= done_before < 24
+        subprocess.run(command(killed), check=True, capture_output=True, env=env, timeout=300)
+
+    def rows(out):
+        lines = (out / "predictions.jsonl").read_text().splitlines()
+        parsed = [ujson.loads(line) for line in lines]
+        assert len({r["id"] for r in parsed}) == len(parsed), "an example was answered twice"
+        return {r["id"]: (r["prediction"], r["metrics"]) for r in parsed}
+
+    assert rows(killed) == rows(tmp_path / "whole")
+    assert len(rows(killed)) == 24
+    assert ujson.loads((killed / "summary.json").read_text())["complete"] is True

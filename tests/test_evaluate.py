@@ -1,0 +1,109 @@
+"""The evaluation harness: rows, summary, resumption, failures."""
+
+import dspy
+import pytest
+import ujson
+
+from arag.errors import AragError, ConfigError, DataError
+from arag.evaluate import evaluate
+from arag.programs import build_program
+from arag.testing import Faults, scripted_lm
+
+
+def examples(n):
+    return [
+        dspy.Example(id=f"q{i}", question=f"What is item {i}?", answers=[f"item {i}"], dataset="jsonl").with_inputs("question")
+        for i in range(n)
+    ]
+
+
+def echo_item(call):
+    """Answers 'item N' for even N and 'unknown' for odd N."""
+    number = int(call.inputs["question"].split()[-1].rstrip("?"))
+    return {f: (f"item {number}" if number % 2 == 0 else "unknown") if f == "answer" else "." for f in call.output_fields}
+
+
+def read_rows(out):
+    return [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+
+
+def test_rows_and_summary(tmp_path):
+    lm = scripted_lm(echo_item)
+    program = build_program("no-retrieval")
+    with dspy.context(lm=lm):
+        result = evaluate(program, examples(6), out_dir=tmp_path, threads=3, progress=False, run_info={"program": "no-retrieval"})
+    rows = read_rows(tmp_path)
+    assert sorted(r["id"] for r in rows) == [f"q{i}" for i in range(6)]
+    required = {"id", "question", "answers", "prediction", "metrics", "lm_calls", "prompt_tokens",
+                "completion_tokens", "retrieval_calls", "distinct_passages", "trace"}
+    assert all(required <= set(r) and "error" not in r for r in rows)
+    summary = ujson.loads((tmp_path / "summary.json").read_text())
+    assert summary == result.summary
+    assert summary["n"] == 6 and summary["complete"] and summary["program"] == "no-retrieval"
+    assert summary["metrics"]["em"] == pytest.approx(0.5)
+    assert summary["totals"]["lm_calls"] == 6 == lm.engine.count
+
+
+def test_rerun_skips_finished_examples(tmp_path):
+    program = build_program("no-retrieval")
+    first = scripted_lm(echo_item)
+    with dspy.context(lm=first):
+        evaluate(program, examples(4), out_dir=tmp_path, progress=False)
+    second = scripted_lm(echo_item)
+    with dspy.context(lm=second):
+        result = evaluate(program, examples(7), out_dir=tmp_path, progress=False)
+    assert second.engine.count == 3
+    assert [r["id"] for r in result.rows] == [f"q{i}" for i in range(7)]
+    assert len(read_rows(tmp_path)) == 7
+
+
+def test_failed_examples_are_recorded_then_retried(tmp_path):
+    program = build_program("no-retrieval", reasoning="direct")
+    # Every call fails with a 500 that DSPy's retries cannot fix within the run.
+    broken = scripted_lm(echo_item, faults=Faults(server_error=1.0, seed=1), num_retries=0)
+    with dspy.context(lm=broken):
+        result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
+    assert result.summary["n_failed"] == 3
+    assert all(r["error"] and r["prediction"] is None and set(r["metrics"].values()) == {0.0} for r in result.rows)
+    healthy = scripted_lm(echo_item)
+    with dspy.context(lm=healthy):
+        result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
+    assert healthy.engine.count == 3 and result.summary["n_failed"] == 0
+
+
+def test_consecutive_failures_stop_the_run_and_keep_finished_rows(tmp_path):
+    program = build_program("no-retrieval", reasoning="direct")
+    good = scripted_lm(echo_item)
+    with dspy.context(lm=good):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    broken = scripted_lm(echo_item, faults=Faults(server_error=1.0, seed=1), num_retries=0)
+    with dspy.context(lm=broken), pytest.raises(AragError, match="3 failed examples in a row"):
+        evaluate(program, examples(20), out_dir=tmp_path, progress=False, max_consecutive_failures=3)
+    summary = ujson.loads((tmp_path / "summary.json").read_text())
+    assert summary["complete"] is False and summary["n"] >= 5 and summary["n_failed"] >= 3
+
+
+def test_a_half_written_last_line_is_dropped(tmp_path):
+    program = build_program("no-retrieval")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    with open(tmp_path / "predictions.jsonl", "a") as f:
+        f.write('{"id": "q2", "question": "What is it')
+    lm = scripted_lm(echo_item)
+    with dspy.context(lm=lm):
+        result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
+    assert lm.engine.count == 1 and result.summary["n"] == 3
+    assert len(read_rows(tmp_path)) == 3
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    program = build_program("no-retrieval")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(program, examples(1), out_dir=tmp_path, progress=False, run_info={"program": "a", "params": {"k": 1}})
+        with pytest.raises(ConfigError, match=r"different settings \(params\)"):
+            evaluate(program, examples(1), out_dir=tmp_path, progress=False, run_info={"program": "a", "params": {"k": 2}})
+
+
+def test_duplicate_ids_are_refused():
+    with pytest.raises(DataError, match="'q0' appears twice"):
+        evaluate(build_program("no-retrieval"), examples(1) * 2, progress=False)
