@@ -1,1 +1,36 @@
+"""arag: adaptive retrieval-augmented generation methods and their baselines as DSPy programs.
 
+    import dspy, arag
+    dspy.configure(lm=arag.build_lm("openai/gpt-4o-mini"))
+    retriever = arag.open_retriever(corpus="corpus.jsonl")          # BM25, built once and cached
+    program = arag.build_program("single-rag", retriever, k=5)
+    print(program(question="Who wrote Hamlet?").answer)
+    result = arag.evaluate(program, arag.load_examples("dev.jsonl"), out_dir="runs/dev", threads=8)
+"""
+
+from arag.data import load_corpus, load_examples
+from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverError
+from arag.evaluate import evaluate
+from arag.lm import build_lm, field_logprobs, label_probabilities
+from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
+from arag.retrievers import Passage, open_retriever
+
+__all__ = [
+    "PROGRAMS",
+    "AragError",
+    "ConfigError",
+    "DataError",
+    "LMError",
+    "Passage",
+    "RAGProgram",
+    "RetrieverError",
+    "build_lm",
+    "build_program",
+    "evaluate",
+    "field_logprobs",
+    "get_program",
+    "label_probabilities",
+    "load_corpus",
+    "load_examples",
+    "open_retriever",
+]

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError
+from arag.lm import require_lm
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
@@ -55,6 +56,7 @@ def evaluate(
     if threads < 1:
         raise ConfigError(f"threads must be at least 1, got {threads}")
     _check_unique_ids(devset)
+    require_lm()
     store = _RowStore(Path(out_dir), run_info or {}) if out_dir is not None else None
     finished = store.finished() if store else {}
     todo = [ex for ex in devset if str(ex.id) not in finished]

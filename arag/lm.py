@@ -29,7 +29,7 @@ DEFAULT_MAX_TOKENS = 2048
 DEFAULT_TIMEOUT_S = 120.0
 
 _ENABLE_LOGPROBS_HINT = (
-    "build the LM with logprobs=True (arag.lm.build_lm(..., logprobs=True, top_logprobs=5), or "
+    "build the LM with logprobs=True (arag.build_lm(..., logprobs=True, top_logprobs=5), or "
     "dspy.Predict(..., logprobs=True)) and use an endpoint that returns log-probabilities "
     "(OpenAI, vLLM and llama.cpp servers do; not every provider does)"
 )
@@ -88,7 +88,7 @@ def require_lm() -> dspy.BaseLM:
     lm = dspy.settings.lm
     if lm is None:
         raise ConfigError(
-            "no LM is configured. In Python: dspy.configure(lm=arag.lm.build_lm('openai/MODEL')), adding "
+            "no LM is configured. In Python: dspy.configure(lm=arag.build_lm('openai/MODEL')), adding "
             "api_base='http://HOST:PORT/v1' for an OpenAI-compatible server. On the command line: "
             "--lm openai/MODEL [--api-base URL]. The API key is read from OPENAI_API_KEY (a local server needs none)."
         )

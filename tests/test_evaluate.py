@@ -107,3 +107,8 @@ def test_resume_with_other_settings_is_refused(tmp_path):
 def test_duplicate_ids_are_refused():
     with pytest.raises(DataError, match="'q0' appears twice"):
         evaluate(build_program("no-retrieval"), examples(1) * 2, progress=False)
+
+
+def test_no_lm_is_a_clear_error():
+    with pytest.raises(ConfigError, match="no LM is configured"):
+        evaluate(build_program("no-retrieval"), examples(1), progress=False)
