@@ -97,13 +97,16 @@ def retriever_options(fn):
 @lm_options
 @click.option("--param", "param_pairs", multiple=True, help="Program parameter key=value (repeatable).")
 @click.option("--params-file", type=click.Path(), help="JSON file of program parameters (e.g. from `arag tune`).")
+@click.option("--fair-k-from", type=click.Path(),
+              help="Set k to the mean distinct passages per question of this earlier run (folder or summary.json), "
+                   "e.g. single-rag given as many passages as an adaptive-note run (\"fair top-k\").")
 @click.option("--metric", "metrics", multiple=True, help="Metric name (repeatable); default: the dataset's own.")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Examples run at once.")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
 def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, retriever_spec: str | None,
                  lm_spec: str | None, api_base: str | None, api_key_env: str, logprobs: bool, param_pairs: tuple[str, ...],
-                 params_file: str | None, metrics: tuple[str, ...], limit: int | None, threads: int,
+                 params_file: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int,
                  out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
     import dspy
@@ -113,12 +116,15 @@ def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, 
     from arag.evaluate import evaluate
     from arag.lm import build_lm
     from arag.programs import build_program, get_program
+    from arag.programs.adaptive_note import fair_top_k
     from arag.programs.params import parse_assignments, resolve_params
     from arag.retrievers import open_retriever
 
     cls = get_program(program_name)
-    params = resolve_params(cls.params, {**_read_params_file(params_file), **parse_assignments(param_pairs)},
-                            program_name)
+    given = {**_read_params_file(params_file), **parse_assignments(param_pairs)}
+    if fair_k_from:
+        given["k"] = fair_top_k(fair_k_from)
+    params = resolve_params(cls.params, given, program_name)
     for name in metrics:
         get_metric(name)
     if not lm_spec:
@@ -142,6 +148,19 @@ def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, 
     summary = result.summary
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")
+
+
+@main.command("export-grounding")
+@click.argument("run", type=click.Path())
+@click.option("--out", "out_path", required=True, type=click.Path(), help="JSONL file to write.")
+@click.option("--only-correct", is_flag=True, help="Only grounding calls of examples answered correctly.")
+@click.option("--metric", help="The metric that decides correctness (default: any of the row's metrics at 1.0).")
+def export_grounding_command(run: str, out_path: str, only_correct: bool, metric: str | None) -> None:
+    """Write a GenGround run's grounding calls as a chat fine-tuning set (for distillation)."""
+    from arag.data.distillation import export_grounding
+
+    count = export_grounding(run, out_path, only_correct=only_correct, metric=metric)
+    click.echo(f"wrote {count} grounding examples to {out_path}")
 
 
 def _read_params_file(path: str | None) -> dict[str, Any]:

@@ -1,0 +1,117 @@
+"""Distillation data for GenGround's instructed grounding: the grounding calls of an evaluation run as a
+chat fine-tuning set, so a small model can learn to ground the way a strong one did.
+
+Each grounding call becomes one JSONL line in OpenAI's chat fine-tuning format, `{"messages": [system,
+user, assistant]}`, holding exactly the prompt DSPy's ChatAdapter sends to the grounding step and the
+answer the model gave; a fine-tuned model then serves the same program unchanged. A `metadata` object on
+each line says where the call came from and whether the run's final answer to that question was right.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import dspy
+import ujson
+
+from arag.data._io import iter_jsonl
+from arag.errors import DataError
+from arag.evaluate import PREDICTIONS
+from arag.signatures.grounding import GroundAnswer
+
+GROUNDING_STEP = "ground"
+
+
+def export_grounding(
+    run_dir_or_predictions_path: str | Path,
+    out_path: str | Path,
+    only_correct: bool = False,
+    *,
+    metric: str | None = None,
+    with_metadata: bool = True,
+) -> int:
+    """Write the grounding calls of a `genground` evaluation run to `out_path` as chat fine-tuning JSONL;
+    returns the number of examples written.
+
+    `run_dir_or_predictions_path` is an `arag eval --out` folder or its predictions.jsonl. A question's final
+    answer counts as right when `metric` (default: any of the row's metrics) scores 1.0 on it; `only_correct`
+    keeps only the calls of questions answered right. Failed examples are skipped, and an example run twice
+    (a resumed run) counts once, as its last row. `with_metadata=False` writes bare `{"messages": ...}` lines
+    for services that refuse other keys.
+    """
+    path = Path(run_dir_or_predictions_path)
+    predictions = path / PREDICTIONS if path.is_dir() else path
+    rows = _last_rows(predictions)
+    examples, calls_seen = [], 0
+    for row in rows:
+        calls = [step for step in row.get("trace") or [] if step.get("step") == GROUNDING_STEP]
+        calls_seen += len(calls)
+        correct = answer_correct(row, metric, predictions)
+        if only_correct and not correct:
+            continue
+        for call in calls:
+            example = grounding_messages(call, f"{predictions}, example {row['id']!r}")
+            if with_metadata:
+                example["metadata"] = {
+                    "id": row["id"],
+                    "hop": call.get("hop"),
+                    "batch": call.get("batch"),
+                    "passage_ids": call.get("passage_ids"),
+                    "evidence_found": call.get("evidence_found"),
+                    "final_answer_correct": correct,
+                    "metrics": row.get("metrics", {}),
+                }
+            examples.append(example)
+    if not calls_seen:
+        raise DataError(f"{predictions} holds no grounding calls: export_grounding reads runs of the genground program")
+    _write_jsonl(Path(out_path), examples)
+    return len(examples)
+
+
+def grounding_messages(call: dict[str, Any], where: str = "grounding step") -> dict[str, list[dict[str, str]]]:
+    """One traced grounding call (its `inputs` and `outputs`) as `{"messages": [system, user, assistant]}`."""
+    try:
+        inputs, outputs = call["inputs"], call["outputs"]
+    except KeyError as missing:
+        raise DataError(f"{where}: a grounding step without its {missing.args[0]}") from None
+    signature = _grounding_signature(with_reasoning="reasoning" in outputs)
+    return dspy.ChatAdapter().format_finetune_data(signature, demos=[], inputs=inputs, outputs=outputs)
+
+
+def answer_correct(row: dict[str, Any], metric: str | None = None, where: str | Path = "row") -> bool:
+    """Whether a predictions.jsonl row's answer scored 1.0 on `metric`, or on any of its metrics when None."""
+    scores = row.get("metrics") or {}
+    if metric is None:
+        return any(score >= 1.0 for score in scores.values())
+    if metric not in scores:
+        known = ", ".join(sorted(scores)) or "none"
+        raise DataError(f"{where}, example {row.get('id')!r}: no {metric!r} score; the run has {known}")
+    return scores[metric] >= 1.0
+
+
+@functools.cache
+def _grounding_signature(with_reasoning: bool) -> type[dspy.Signature]:
+    """The grounding signature as the program calls it: with ChainOfThought's reasoning field, or without."""
+    return dspy.ChainOfThought(GroundAnswer).predict.signature if with_reasoning else GroundAnswer
+
+
+def _last_rows(predictions: Path) -> list[dict[str, Any]]:
+    """The rows of answered examples, the last row of each id in first-seen order; failed rows left out."""
+    rows: dict[str, dict[str, Any]] = {}
+    for line_no, row in iter_jsonl(predictions):
+        if "id" not in row:
+            raise DataError(f"{predictions}, line {line_no}: a row without an id; is this an arag predictions.jsonl?")
+        rows[row["id"]] = row
+    return [row for row in rows.values() if "error" not in row]
+
+
+def _write_jsonl(path: Path, examples: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".tmp")
+    with open(staging, "w", encoding="utf-8") as out:
+        for example in examples:
+            out.write(ujson.dumps(example, ensure_ascii=False) + "\n")
+    os.replace(staging, path)

@@ -1,0 +1,180 @@
+"""Adaptive-Note (Wang et al., 2024): a growing note, the best one kept as memory, adaptive stop rules.
+
+Iterative Information Collector: P_0 = ret(q, k); N_0 = LM(q, P_0); M_opt <- N_0. Each iteration
+proposes q_t not in Q_ask from (q, M_opt, Q_ask), retrieves P_t = ret(q_t, k), and writes
+N_t = LM(q, P_t, M_opt). Adaptive Memory Reviewer: N_t replaces M_opt when the LM judges it better,
+else it counts as an invalid update. Stop when IU >= T_IU, CI >= T_CI or RP >= T_RP (checked before
+each iteration). The task-oriented generator answers from M_opt.
+
+LM calls per question: 1 (first note) + 3 per iteration (query, update, compare) + 1 (answer).
+The one retry: a proposed query that repeats an asked one (compared case-, punctuation- and
+space-insensitively) is refused and asked for once more, telling the LM which query was refused
+(one more call); a second repeat stops the loop with reason `repeated_query` (that iteration
+made its two query calls and nothing else).
+
+Passages are deduplicated by id across steps: each update sees only the passages not retrieved
+before, and RP counts distinct passages. When the LM returns log-probabilities (an LM built with
+`logprobs=True, top_logprobs=k`), the trace records the reviewer's probability that the new note
+is better (`p_better`, normalised over True/False); without them the verdict is recorded alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import dspy
+
+from arag.errors import ConfigError
+from arag.lm import field_logprobs, label_probabilities
+from arag.programs.base import K, RAGProgram
+from arag.programs.params import Param
+from arag.programs.registry import register
+from arag.retrievers import dedup, format_passages
+from arag.signatures.notes import (
+    AnswerFromNote,
+    CompareNotes,
+    ProposeNextQuery,
+    UpdateNote,
+    WriteLongAnswerFromNote,
+    WriteNote,
+)
+
+T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10)
+T_CI = Param("t_ci", 3, "stop after this many collection iterations", low=1, high=10)
+T_RP = Param("t_rp", 15, "stop once this many distinct passages were retrieved", low=1, high=100)
+QUERY_WITH_QUESTION = Param("query_with_question", False,
+                            "retrieve with the new query followed by the question instead of the query alone")
+ANSWER_STYLE = Param("answer_style", "short", "a few words (multi-hop QA) or a guided long form (long-form QA)",
+                     choices=("short", "long"), tunable=False)
+
+REPEATED_QUERY = "repeated_query"
+
+
+@register
+class AdaptiveNote(RAGProgram):
+    name = "adaptive-note"
+    params = (T_IU, T_CI, T_RP, K, QUERY_WITH_QUESTION, ANSWER_STYLE)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.write_note = dspy.Predict(WriteNote)
+        self.propose_query = dspy.Predict(ProposeNextQuery)
+        self.update_note = dspy.Predict(UpdateNote)
+        self.compare_notes = dspy.Predict(CompareNotes)
+        self.generate_answer = dspy.Predict(AnswerFromNote if self.answer_style == "short" else WriteLongAnswerFromNote)
+
+    def run(self, question: str) -> dict:
+        # Note initialisation: P_0 = ret(q, k); N_0 -> M_opt.
+        passages = self.retrieve(question, why="question")
+        seen = {p.id for p in passages}
+        best_note = self.write_note(question=question, passages=format_passages(passages)).note
+        self.note("note", iteration=0, new_ids=[p.id for p in passages], seen_ids=[], note=best_note)
+
+        asked: list[str] = []
+        invalid_updates = iterations = 0
+        while not (stop := self.stop_reason(invalid_updates, iterations, len(seen))):
+            # Iterative information collection: q_t not in Q_ask, P_t = ret(q_t, k), N_t.
+            query = self.next_query(question, best_note, asked, iterations + 1)
+            if query is None:
+                stop = REPEATED_QUERY
+                break
+            asked.append(query)
+            iterations += 1
+            retrieved = self.retrieve(self.search_text(query, question), why="next query")
+            new = dedup(retrieved, seen)
+            note = self.update_note(question=question, note=best_note, passages=format_passages(new)).updated_note
+            new_ids = [p.id for p in new]
+            self.note("note", iteration=iterations, query=query, new_ids=new_ids,
+                      seen_ids=[p.id for p in retrieved if p.id not in new_ids], note=note)
+
+            # Adaptive memory review: N_t -> M_opt when better, else an invalid update.
+            if self.review(question, best_note, note, iterations):
+                best_note = note
+            else:
+                invalid_updates += 1
+
+        self.note("stop", reason=stop, invalid_updates=invalid_updates, iterations=iterations,
+                  distinct_passages=len(seen))
+        # Task-oriented generator: a = LM(q, M_opt).
+        answer = self.answered(self.generate_answer(question=question, note=best_note))
+        return {"answer": answer, "note": best_note, "stop_reason": stop}
+
+    def stop_reason(self, invalid_updates: int, iterations: int, distinct_passages: int) -> str | None:
+        """The first stop rule met (`t_iu`, `t_ci`, `t_rp`), or None to go on collecting."""
+        if invalid_updates >= self.t_iu:
+            return "t_iu"
+        if iterations >= self.t_ci:
+            return "t_ci"
+        if distinct_passages >= self.t_rp:
+            return "t_rp"
+        return None
+
+    def next_query(self, question: str, best_note: str, asked: list[str], iteration: int) -> str | None:
+        """A query not yet asked; one retry after a repeat, then None."""
+        asked_keys = {query_key(q) for q in asked}
+        rejected = ""
+        for _ in range(2):
+            query = self.propose_query(question=question, note=best_note, asked_queries=asked,
+                                       rejected_query=rejected).query.strip()
+            repeated = query_key(query) in asked_keys
+            self.note("query", iteration=iteration, query=query, repeated=repeated)
+            if not repeated:
+                return query
+            rejected = query
+        return None
+
+    def search_text(self, query: str, question: str) -> str:
+        return f"{query}\n{question}" if self.query_with_question else query
+
+    def review(self, question: str, best_note: str, new_note: str, iteration: int) -> bool:
+        """f_c(N_t, M_opt): is the new note better? Recorded with its probability when log-probabilities exist."""
+        prediction = self.compare_notes(question=question, best_note=best_note, new_note=new_note)
+        better = bool(prediction.better)
+        step = self.note("review", iteration=iteration, better=better)
+        if has_top_logprobs(prediction, "better"):
+            step["p_better"] = round(label_probabilities(prediction, "better", ["True", "False"])["True"], 4)
+        return better
+
+
+def has_top_logprobs(prediction: dspy.Prediction, field: str) -> bool:
+    """Whether the LM returned the top candidates of the field's first token (logprobs and top_logprobs)."""
+    if not prediction.get("logprobs"):
+        return False
+    tokens = field_logprobs(prediction, field)
+    return bool(tokens and tokens[0].top)
+
+
+def query_key(query: str) -> str:
+    """A query reduced to its lower-cased words, for spotting repeats."""
+    return " ".join(re.findall(r"\w+", query.lower()))
+
+
+def fair_top_k(summary_path: str | Path) -> int:
+    """The mean distinct passages per answered question of an Adaptive-Note run, rounded half up:
+    the `k` that gives single-time RAG as many passages ("fair top-k").
+
+    `summary_path` is a run's `summary.json` or the folder holding it (`arag eval --out`). Failed
+    examples, which retrieved nothing, are left out of the mean.
+    """
+    path = Path(summary_path)
+    if path.is_dir():
+        path = path / "summary.json"
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"fair top-k: no run summary at {path}") from None
+    except ValueError as exc:
+        raise ConfigError(f"fair top-k: {path} is not valid JSON ({exc})") from None
+    total = (summary.get("totals") or {}).get("distinct_passages") if isinstance(summary, dict) else None
+    answered = summary.get("n", 0) - summary.get("n_failed", 0) if isinstance(summary, dict) else 0
+    if not isinstance(total, int) or answered < 1:
+        raise ConfigError(f"fair top-k: {path} is not the summary of a run with answered questions "
+                          "(it needs n, n_failed and totals.distinct_passages)")
+    k = math.floor(total / answered + 0.5)
+    if k < 1:
+        raise ConfigError(f"fair top-k: the run in {path} retrieved {total / answered:g} distinct passages "
+                          "per question; k must be at least 1")
+    return k
