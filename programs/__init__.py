@@ -1,6 +1,15 @@
 """Programs: one `dspy.Module` per method and baseline, reachable by name through the registry."""
 
-from arag.programs import adaptive_note, genground, no_retrieval, single_rag  # noqa: F401  (registers the programs)
+from arag.programs import (  # noqa: F401  (importing a program's module registers it)
+    adaptive_note,
+    flare,
+    genground,
+    multi_time,
+    no_retrieval,
+    react,
+    self_ask,
+    single_rag,
+)
 from arag.programs.base import RAGProgram
 from arag.programs.params import Param
 from arag.programs.registry import PROGRAMS, build_program, get_program

@@ -1,0 +1,206 @@
+"""FLARE, forward-looking active retrieval (Jiang et al., 2023): retrieve only when the model is unsure
+of the sentence it is about to write, with a query formed from that sentence.
+
+`flare` (FLARE-direct), in the frame of `active_generation`:
+  1. Retrieve with the question; the first sentence is drafted from those passages.
+  2. Each step, draft the next sentence without new retrieval (`lookahead_tokens` tokens, first
+     sentence kept), with the probability of each of its tokens.
+  3. Every token above theta: keep the draft. Otherwise form queries from it and retrieve:
+     `masked`, the draft without its tokens below beta; or `questions`, one question written by
+     the LM per maximal span of tokens below beta. Then write the sentence again from the new passages.
+  4. Stop when the model ends its answer or `max_tokens` are spent; `answer` is read from the
+     long answer's "So the answer is X.", which stays in `long_answer`.
+
+`flare-instruct` (FLARE-instruct): the LM, taught by the signature's instructions (and demos once
+compiled), writes [Search(query)] inline; generation stops there, the passages for that query
+replace the ones before the input, and generation continues, up to `max_searches` searches.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import dspy
+
+from arag.errors import ConfigError
+from arag.lm import TokenLogprob
+from arag.programs.active_generation import (
+    K_FLARE,
+    LOOKAHEAD_TOKENS,
+    MAX_TOKENS,
+    PROMPT_STYLE,
+    ActiveGeneration,
+    LongAnswer,
+    Piece,
+)
+from arag.programs.base import RAGProgram
+from arag.programs.params import Param
+from arag.programs.registry import register
+from arag.programs.steps import final_answer
+from arag.retrievers.base import format_passages
+from arag.signatures.generation import ContinueAnswerWithSearch
+from arag.signatures.queries import QuestionForSpan
+
+THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
+              "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0)
+BETA = Param("beta", 0.4, "tokens below beta are masked out of the query (masked) or asked about (questions)",
+             low=0.0, high=1.0)
+QUERY_MODE = Param("query_mode", "masked", "masked: the draft without its unsure tokens; questions: one "
+                   "LM-written question per unsure span", choices=("masked", "questions"))
+QUERY_WITH_QUESTION = Param("query_with_question", False, "prepend the user's question to every query")
+
+MAX_SEARCHES = Param("max_searches", 3, "cap on the searches per answer", low=0, high=20)
+SEARCH_LOGIT_BIAS = Param(
+    "search_logit_bias", "",
+    "TOKEN_ID:BIAS[,TOKEN_ID:BIAS...] sent as the endpoint's logit_bias, e.g. to make the search marker's "
+    "'[' token likelier (the paper used +2); token ids are specific to the model's tokenizer",
+    tunable=False,
+)
+CALL_TOKENS = Param("max_tokens", 256, "tokens per generation call, between two searches", low=8, high=8192)
+
+SEARCH_MARKER = re.compile(r"\[Search\(([^)\]]*)")
+SEARCH_END = ")]"
+
+
+@register
+class FLARE(ActiveGeneration):
+    """FLARE-direct: draft each sentence, and retrieve to rewrite it only when a token is unsure.
+
+    With prompt_style="raw" the sentences go to a completion model as plain prompts, while the
+    questions of query_mode="questions" are still written through a signature: give that predictor
+    a chat LM (`program.write_question.set_lm(chat_lm)`).
+    """
+
+    name = "flare"
+    params = (THETA, BETA, QUERY_MODE, QUERY_WITH_QUESTION, K_FLARE, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.write_question = dspy.Predict(QuestionForSpan)
+
+    def review(self, answer: LongAnswer, lookahead: Piece, step: dict) -> Piece:
+        """Keep a confident look-ahead; else retrieve with queries formed from it and write the sentence again."""
+        step.update(lookahead=lookahead.text, min_prob=round(lookahead.min_prob, 4))
+        if self.confident(lookahead):
+            return lookahead
+        answer.passages = self.search(self.queries(answer, lookahead, step), step, why="unsure look-ahead")
+        return self.draft(answer)
+
+    def confident(self, lookahead: Piece) -> bool:
+        """Every token above theta; a token at exactly theta triggers retrieval, as in the official
+        code, so that theta=1 retrieves for every sentence."""
+        return all(token.prob > self.theta for token in lookahead.tokens)
+
+    def queries(self, answer: LongAnswer, lookahead: Piece, step: dict) -> list[str]:
+        """What to retrieve: the masked look-ahead, or a question per unsure span (the look-ahead itself
+        when no token is below beta). A query left empty (every token masked) becomes the question."""
+        if self.query_mode == "masked":
+            queries = [masked_query(lookahead.tokens, self.beta)]
+        else:
+            spans = low_confidence_spans(lookahead.tokens, self.beta)
+            step["spans"] = spans
+            context = f"{answer.text} {lookahead.text}".strip()
+            queries = [self.write_question(text=context, span=span).question for span in spans] or [lookahead.text]
+        if self.query_with_question:
+            queries = [f"{answer.question} {query}" for query in queries]
+        return [query.strip() or answer.question for query in queries]
+
+
+@register
+class FLAREInstruct(RAGProgram):
+    """FLARE-instruct: the LM writes [Search(query)] inline; each search is retrieved, and writing goes on.
+
+    Generation stops at the marker (the stop sequence ")]", so the adapter must parse a cut-off output,
+    as ChatAdapter does); the passages for the query replace those before the input.
+    """
+
+    name = "flare-instruct"
+    params = (K_FLARE, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.logit_bias = parse_logit_bias(self.search_logit_bias)
+        self.continue_with_search = dspy.Predict(ContinueAnswerWithSearch)
+
+    def check_params(self, config: dict) -> None:
+        parse_logit_bias(config["search_logit_bias"])
+
+    def run(self, question: str) -> dict:
+        answer = LongAnswer(question, self.retrieve(question, why="question"))
+        searches = 0
+        while True:
+            text, query = self.write(answer, searches_left=self.max_searches - searches)
+            self.note("write", index=len(answer.pieces), text=text, search=query)
+            if text:
+                answer.add(Piece(text))
+            if query is None:
+                stop = "the model ended its answer"
+                break
+            if searches == self.max_searches:
+                stop = "the search cap is reached"
+                break
+            answer.passages = self.retrieve(query or question, why="search marker")
+            searches += 1
+        self.note("stop", reason=stop, searches=searches)
+        short = final_answer(answer.text)
+        self.note("answer", answer=short)
+        return {"answer": short, "long_answer": answer.text}
+
+    def write(self, answer: LongAnswer, searches_left: int) -> tuple[str, str | None]:
+        """Generate until the model searches or ends; the text before the search marker and its query."""
+        config = {"max_tokens": self.max_tokens, "stop": [SEARCH_END]}
+        if self.logit_bias:
+            config["logit_bias"] = self.logit_bias
+        prediction = self.continue_with_search(
+            passages=format_passages(answer.passages),
+            question=answer.question,
+            answer_so_far=answer.text,
+            searches_left=searches_left,
+            config=config,
+        )
+        return split_at_search(prediction.continuation)
+
+
+def masked_query(tokens: Sequence[TokenLogprob], beta: float) -> str:
+    """The tokens with probability at least beta, in order; each masked token leaves a space."""
+    return " ".join("".join(token.token if token.prob >= beta else " " for token in tokens).split())
+
+
+def low_confidence_spans(tokens: Sequence[TokenLogprob], beta: float) -> list[str]:
+    """The maximal runs of consecutive tokens with probability below beta (those with a letter or digit)."""
+    spans, run = [], []
+    for token in tokens:
+        if token.prob < beta:
+            run.append(token.token)
+        elif run:
+            spans.append("".join(run))
+            run = []
+    if run:
+        spans.append("".join(run))
+    return [span.strip() for span in spans if any(char.isalnum() for char in span)]
+
+
+def split_at_search(text: str) -> tuple[str, str | None]:
+    """The text before the first [Search(query)] marker and the query (None when there is no marker)."""
+    marker = SEARCH_MARKER.search(text)
+    if marker is None:
+        return text.strip(), None
+    return text[: marker.start()].strip(), marker.group(1).strip()
+
+
+def parse_logit_bias(spec: str) -> dict[str, float]:
+    """`TOKEN_ID:BIAS,...` as the OpenAI `logit_bias` mapping; a ConfigError naming the parameter if malformed."""
+    bias = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        token_id, sep, value = item.partition(":")
+        try:
+            if not sep or not token_id.strip().isdigit() or not -100 <= float(value) <= 100:
+                raise ValueError(item)
+        except ValueError:
+            raise ConfigError(
+                f"flare-instruct: parameter 'search_logit_bias' must be TOKEN_ID:BIAS[,TOKEN_ID:BIAS...] with "
+                f"integer token ids and biases in [-100, 100], got {spec!r}"
+            ) from None
+        bias[token_id.strip()] = float(value)
+    return bias

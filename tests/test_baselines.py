@@ -1,0 +1,259 @@
+"""The baselines FLARE is compared with: previous-window, previous-sentence, Self-Ask and ReAct."""
+
+import json
+import uuid
+
+import dspy
+import pytest
+import ujson
+from click.testing import CliRunner
+
+import arag.programs.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
+import arag.programs.react  # noqa: F401  (registers react)
+import arag.programs.self_ask  # noqa: F401  (registers self-ask)
+from arag.cli import main
+from arag.errors import ConfigError
+from arag.programs.multi_time import PreviousSentence, PreviousWindow
+from arag.programs.react import ReActSearch
+from arag.programs.self_ask import SelfAsk
+from arag.retrievers.base import BaseRetriever, Passage
+from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
+
+QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
+LONG_ANSWER = ("Shirley Temple played Corliss Archer in Kiss and Tell, in 1945. She later served as Chief of "
+               "Protocol of the United States. So the answer is Chief of Protocol.")
+FOLLOW_UPS = ["Who portrayed Corliss Archer in Kiss and Tell?", "What government position did Shirley Temple hold?"]
+INTERMEDIATE = {FOLLOW_UPS[0]: "Shirley Temple", FOLLOW_UPS[1]: "Chief of Protocol"}
+
+
+class RecordingRetriever(BaseRetriever):
+    """Passages named after the query, so that every query brings passages of its own."""
+
+    def __init__(self):
+        self.queries = []
+
+    def _search(self, query, k):
+        self.queries.append(query)
+        return [Passage(f"{query}#{rank}", f"About {query}", f"Passage {rank} found for: {query}") for rank in range(k)]
+
+
+def continue_text(text, prob=0.9):
+    """A writer that continues `text` from wherever the answer so far stops (signature or raw prompt)."""
+
+    def respond(call):
+        written = call.prompt.rpartition("Answer:")[2].strip() if call.raw else call.inputs["answer_so_far"]
+        assert text.startswith(written), f"the pieces {written!r} do not rebuild the text"
+        rest = text[len(written):]
+        if call.raw:
+            return Scripted(rest + "\n\nQuestion: cut off by the stop sequence", prob) if rest else ""
+        return {"continuation": Scripted(rest.strip(), prob) if rest.strip() else ""}
+
+    return respond
+
+
+def run(program_class, responder, **params):
+    lm, retriever = scripted_lm(responder), RecordingRetriever()
+    with dspy.context(lm=lm):
+        prediction = program_class(retriever, **params)(question=QUESTION)
+    return prediction, lm.engine, retriever
+
+
+def steps(prediction, kind):
+    return [step for step in prediction.trace if step["step"] == kind]
+
+
+# --- previous-window ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prompt_style", ["signature", "raw"])
+def test_prev_window_retrieves_every_window_with_the_previous_window(prompt_style):
+    prediction, engine, retriever = run(PreviousWindow, continue_text(LONG_ANSWER), window=4,
+                                        prompt_style=prompt_style)
+    windows = [step["text"] for step in steps(prediction, "window")]
+    assert windows[:3] == ["Shirley Temple played Corliss", "Archer in Kiss and", "Tell, in 1945."]
+    assert " ".join(windows) == prediction.long_answer == LONG_ANSWER
+    assert retriever.queries == [QUESTION, *windows[:-1]]
+    assert [step["retrieved"] for step in steps(prediction, "window")] == [False] + [True] * (len(windows) - 1)
+    assert engine.count == prediction.lm_calls == len(windows)
+    assert prediction.answer == "Chief of Protocol"
+
+
+def test_prev_window_replaces_the_passages_with_the_last_windows():
+    seen = []
+
+    def responder(call):
+        seen.append(call.inputs["passages"])
+        return continue_text(LONG_ANSWER)(call)
+
+    prediction, _, _ = run(PreviousWindow, responder, window=4)
+    windows = [step["text"] for step in steps(prediction, "window")]
+    assert "found for: " + QUESTION in seen[0]
+    for passages, previous in zip(seen[1:], windows[:-1], strict=True):
+        assert "found for: " + previous in passages and "found for: " + QUESTION not in passages
+
+
+# --- previous-sentence -------------------------------------------------------------------------------
+
+
+def test_prev_sentence_retrieves_with_the_previous_sentence_and_accumulates_up_to_the_cap():
+    seen = []
+    plan = ("Shirley Temple played Corliss Archer. She was an actress. She became a diplomat. "
+            "She was Chief of Protocol. So the answer is Chief of Protocol.")
+
+    def responder(call):
+        seen.append(call.inputs["passages"].count("found for:"))
+        return continue_text(plan)(call)
+
+    prediction, engine, retriever = run(PreviousSentence, responder, k=2, max_passages=5)
+    written = [step["text"] for step in steps(prediction, "sentence")]
+    assert retriever.queries == [QUESTION, written[0], written[1]]  # then the cap of 5 passages is full
+    assert seen == [2, 4, 5, 5, 5]
+    assert [step["retrieved"] for step in steps(prediction, "sentence")] == [False, True, True, False, False]
+    assert steps(prediction, "sentence")[3]["skipped"] == "the passage cap is reached"
+    assert engine.count == prediction.lm_calls == 5 and prediction.distinct_passages == 6
+    assert prediction.answer == "Chief of Protocol"
+
+
+def test_prev_sentence_needs_room_for_the_first_retrieval():
+    with pytest.raises(ConfigError, match="'max_passages'"):
+        PreviousSentence(RecordingRetriever(), k=5, max_passages=3)
+    assert PreviousSentence(RecordingRetriever()).config["max_passages"] == 15
+
+
+@pytest.mark.parametrize(
+    "params, name", [({"window": 0}, "window"), ({"k": "two"}, "k"), ({"max_tokens": 2}, "max_tokens")]
+)
+def test_prev_window_parameters_are_validated(params, name):
+    with pytest.raises(ConfigError, match=f"'{name}'"):
+        PreviousWindow(RecordingRetriever(), **params)
+
+
+# --- Self-Ask ---------------------------------------------------------------------------------------
+
+
+def self_asker(follow_ups, finals):
+    """Asks `follow_ups` in order, answers each from its passages, and records the final chain."""
+
+    def respond(call):
+        if "needs_follow_up" in call.output_fields:
+            asked = call.inputs["follow_ups"].count("Follow up:")
+            more = asked < len(follow_ups)
+            return {"needs_follow_up": more, "follow_up": follow_ups[asked] if more else ""}
+        if "passages" in call.inputs:
+            assert "found for: " + call.inputs["question"] in call.inputs["passages"]
+            return {"answer": INTERMEDIATE.get(call.inputs["question"], "unknown")}
+        finals.append(call.inputs["follow_ups"])
+        return {"answer": "Chief of Protocol"}
+
+    return respond
+
+
+def test_self_ask_retrieves_each_follow_up_then_answers_from_the_chain():
+    finals = []
+    prediction, engine, retriever = run(SelfAsk, self_asker(FOLLOW_UPS, finals))
+    assert retriever.queries == FOLLOW_UPS
+    chain = [(s["question"], s["intermediate_answer"]) for s in steps(prediction, "follow_up")]
+    assert chain == list(INTERMEDIATE.items())
+    assert finals == [json.dumps([f"Follow up: {q} Intermediate answer: {a}" for q, a in INTERMEDIATE.items()])]
+    assert engine.count == prediction.lm_calls == 3 + 2 + 1  # follow-up decisions, intermediate answers, answer
+    assert prediction.answer == "Chief of Protocol"
+
+
+def test_self_ask_stops_at_the_cap_and_at_a_repeated_follow_up():
+    many = [f"Which detail number {n} matters?" for n in range(6)]
+    prediction, engine, retriever = run(SelfAsk, self_asker(many, []), max_follow_ups=2)
+    assert retriever.queries == many[:2] and engine.count == 2 + 2 + 1
+    assert steps(prediction, "stop")[0]["reason"] == "the follow-up cap is reached"
+
+    prediction, engine, retriever = run(SelfAsk, self_asker([FOLLOW_UPS[0], FOLLOW_UPS[0]], []))
+    assert retriever.queries == FOLLOW_UPS[:1] and engine.count == 2 + 1 + 1
+    assert steps(prediction, "stop")[0]["reason"] == "a follow-up was asked again"
+
+
+# --- ReAct ------------------------------------------------------------------------------------------
+
+
+def react_agent(searches, observations):
+    """Searches `searches` in order, then finishes; records what each step observed."""
+
+    def respond(call):
+        if "next_tool_name" in call.output_fields:
+            done = call.prompt.count("[[ ## observation_")
+            observations.append(call.prompt)
+            if done < len(searches):
+                return {"next_thought": f"I need: {searches[done]}", "next_tool_name": "search",
+                        "next_tool_args": {"query": searches[done]}}
+            return {"next_thought": "I know enough.", "next_tool_name": "finish", "next_tool_args": {}}
+        return {"reasoning": "Shirley Temple was Chief of Protocol.", "answer": "Chief of Protocol"}
+
+    return respond
+
+
+def test_react_searches_through_the_retriever_and_answers():
+    prompts = []
+    prediction, engine, retriever = run(ReActSearch, react_agent(FOLLOW_UPS, prompts))
+    assert retriever.queries == FOLLOW_UPS
+    assert [s["why"] for s in steps(prediction, "retrieve")] == ["react search"] * 2
+    assert "Passage 0 found for: " + FOLLOW_UPS[0] in prompts[1]  # the tool's passages come back as an observation
+    assert [(s["tool"], s["args"]) for s in steps(prediction, "act")] == [
+        ("search", {"query": FOLLOW_UPS[0]}), ("search", {"query": FOLLOW_UPS[1]}), ("finish", {})]
+    assert engine.count == prediction.lm_calls == 3 + 1  # three steps, then the answer is extracted
+    assert prediction.answer == "Chief of Protocol"
+
+
+def test_react_stops_at_max_iters():
+    endless = [f"Search number {n}" for n in range(10)]
+    prediction, engine, retriever = run(ReActSearch, react_agent(endless, []), max_iters=2)
+    assert retriever.queries == endless[:2] and engine.count == 2 + 1
+
+
+# --- arag eval over a loopback server ------------------------------------------------------------------
+
+
+def hotpot_responder(call):
+    """One LM for every baseline on HotpotQA: a fixed long answer per question, two follow-ups, two searches."""
+    fields = call.output_fields
+    if "continuation" in fields:
+        topic = call.inputs["question"].split()[-1]
+        return continue_text(f"The question is about {topic} That names someone. So the answer is unknown.")(call)
+    if "needs_follow_up" in fields:
+        return self_asker(["Who is the first person?", "What did they do?"], [])(call)
+    if "next_tool_name" in fields:
+        return react_agent(["first hop", "second hop"], [])(call)
+    return {field: "unknown" for field in fields}
+
+
+@pytest.fixture
+def hotpot_index(shared_dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
+    return shared_dataset("hotpotqa")
+
+
+@pytest.mark.parametrize(
+    "program, kind, retrievals, lm_calls",
+    [("prev-window", "window", None, None), ("prev-sentence", "sentence", None, None),
+     ("self-ask", "follow_up", 2, 6), ("react", "act", 2, 4)],
+)
+def test_arag_eval_runs_the_baselines_over_a_loopback_server(program, kind, retrievals, lm_calls, hotpot_index,
+                                                              tmp_path):
+    out = tmp_path / program
+    with OpenAICompatibleServer(hotpot_responder) as server:
+        result = CliRunner().invoke(main, [
+            "eval", "--program", program, "--dataset", str(hotpot_index / "public.jsonl"),
+            "--corpus", str(hotpot_index / "corpus.jsonl"), "--lm", f"openai/loopback-{uuid.uuid4().hex}",
+            "--api-base", server.url, "--logprobs", "--limit", "2", "--out", str(out),
+        ], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert all(request["body"].get("logprobs") is True for request in server.requests)
+    rows = [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and not any("error" in row for row in rows)
+    for row in rows:
+        decisions = [step for step in row["trace"] if step["step"] == kind]
+        assert decisions and row["prediction"] == "unknown"
+        expected = (retrievals, lm_calls)
+        if kind in ("window", "sentence"):
+            assert decisions[0]["retrieved"] is False and all(step["retrieved"] for step in decisions[1:])
+            queries = [s["query"] for s in row["trace"] if s["step"] == "retrieve"][1:]
+            assert queries == [step["text"] for step in decisions[:-1]]
+            expected = (len(decisions), len(decisions))  # one retrieval and one LM call per piece
+        assert (row["retrieval_calls"], row["lm_calls"]) == expected
