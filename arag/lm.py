@@ -259,6 +259,13 @@ def _matching_label(candidate: str, labels: Sequence[str]) -> str | None:
     prefixed = [label for label in labels if label.lower().startswith(text)]
     return prefixed[0] if len(prefixed) == 1 else None
 
+def has_top_logprobs(prediction: dspy.Prediction, field: str) -> bool:
+    """Whether the LM returned the top candidates of the field's first token (logprobs and top_logprobs)."""
+    if not prediction.get("logprobs"):
+        return False
+    tokens = field_logprobs(prediction, field)
+    return bool(tokens and tokens[0].top)
+
 
 def label_probabilities(prediction: Any, field: str, labels: Sequence[str]) -> dict[str, float]:
     """Probability of each label for a classification-like output field, normalised over ``labels``.

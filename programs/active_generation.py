@@ -30,7 +30,7 @@ import dspy
 from arag.lm import TokenLogprob, complete_raw, field_logprobs, require_lm
 from arag.programs.base import RAGProgram
 from arag.programs.params import Param
-from arag.programs.steps import final_answer, split_sentences
+from arag.programs.steps import ends_with_final_answer, final_answer, split_sentences
 from arag.retrievers.base import Passage, dedup, format_passages
 from arag.signatures.generation import ContinueAnswer
 
@@ -209,11 +209,3 @@ def first_tokens(text: str, tokens: Sequence[TokenLogprob], count: int) -> Piece
         return Piece("")
     return Piece(text[: min(kept[-1][2], len(text))].strip(), tuple(span[0] for span in kept))
 
-
-def ends_with_final_answer(text: str) -> bool:
-    """Whether the last sentence of `text` is complete and gives the final answer ("So the answer is X.")."""
-    sentences = split_sentences(text)
-    if not sentences:
-        return False
-    last = sentences[-1].strip()
-    return last.endswith((".", "!", "?")) and final_answer(last) != last.rstrip(".").strip()

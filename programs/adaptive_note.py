@@ -28,7 +28,7 @@ from pathlib import Path
 import dspy
 
 from arag.errors import ConfigError
-from arag.lm import field_logprobs, label_probabilities
+from arag.lm import has_top_logprobs, label_probabilities
 from arag.programs.base import K, RAGProgram
 from arag.programs.params import Param
 from arag.programs.registry import register
@@ -137,14 +137,6 @@ class AdaptiveNote(RAGProgram):
         if has_top_logprobs(prediction, "better"):
             step["p_better"] = round(label_probabilities(prediction, "better", ["True", "False"])["True"], 4)
         return better
-
-
-def has_top_logprobs(prediction: dspy.Prediction, field: str) -> bool:
-    """Whether the LM returned the top candidates of the field's first token (logprobs and top_logprobs)."""
-    if not prediction.get("logprobs"):
-        return False
-    tokens = field_logprobs(prediction, field)
-    return bool(tokens and tokens[0].top)
 
 
 def query_key(query: str) -> str:

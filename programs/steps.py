@@ -40,3 +40,12 @@ def final_answer(text: str) -> str:
         rest = text[cues[-1].end():]
         text = (split_sentences(rest) or [rest])[0]
     return text.strip().rstrip(".").strip()
+
+
+def ends_with_final_answer(text: str) -> bool:
+    """Whether the last sentence of `text` is complete and gives the final answer ("So the answer is X.")."""
+    sentences = split_sentences(text)
+    if not sentences:
+        return False
+    last = sentences[-1].strip()
+    return last.endswith((".", "!", "?")) and final_answer(last) != last.rstrip(".").strip()
