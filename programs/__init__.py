@@ -9,6 +9,8 @@ from arag.programs import (  # noqa: F401  (importing a program's module registe
     no_retrieval,
     react,
     self_ask,
+    self_crag,
+    self_rag,
     single_rag,
 )
 from arag.programs.base import RAGProgram

@@ -1,0 +1,552 @@
+"""Self-RAG (Asai et al., 2023): retrieve on demand, write a candidate segment per passage, critique each
+candidate, and keep the best ones in a segment-level beam search.
+
+For each segment t and each path y<t in the beam:
+1. Decide retrieval. `adaptive`: retrieve when p(Retrieve=yes), normalised over {yes, no}, exceeds
+   `delta`; otherwise, when the last segment was written from a passage and "continue" outweighs "no",
+   keep using that passage. `always` and `never` skip the decision.
+2. Retrieving: the top k passages for (x, y_{t-1}); for each passage d write a candidate y_t and critique
+   it: IsREL(x, d), IsSUP(x, d, y_t), IsUSE(x, y<=t). Not retrieving: one candidate, IsUSE only.
+3. Score each candidate f = S + w_rel * rel + w_sup * sup + w_use * use, with the official definitions:
+   rel = p(relevant); sup = p(fully) + 0.5 * p(partially); use = sum_i w_i * p(utility i) with
+   w = (-1, -0.5, 0, 0.5, 1); each group's probabilities normalised over the group's labels, and a group
+   that was not judged counts 0. S is the candidate's mean token log-probability, the paper's
+   log p(y_t | x, d, y<t) normalised by length as the official code does (before it exponentiates).
+   With `hard_constraints`, candidates judged irrelevant or unsupported are dropped; when none is left
+   the path continues without evidence.
+4. Keep the best `beam_width` unfinished paths, ranked by the mean f of their segments; stop after
+   `max_depth` segments or when every path has finished. Return the best finished path; with
+   `closed_set`, the answer whose finished paths have the highest total.
+`max_depth=1` is the paper's short-form inference (the best of the k candidates).
+
+Critiques come from one of two back-ends with the same interface (`Critics`):
+- `prompted`: typed signatures on any chat LM; a label's probability is read from the log-probabilities
+  of the label's first token and normalised over the label set (`arag.lm.label_probabilities`).
+  `assume_chosen_label` serves LMs without log-probabilities: they are not requested, the chosen label
+  gets probability 1 and every generated token probability 1 (S = 0).
+- `reflection-tokens`: a Self-RAG-trained model (e.g. selfrag/selfrag_llama2_7b served by vLLM) prompted
+  in its own `### Instruction: ... ### Response:` format through /v1/completions; the probability of each
+  reflection token is read from the top log-probabilities at the position where the model wrote its group.
+
+Every probability here is exp(log-probability) normalised over its group. The official short-form code
+compares delta with a ratio of raw log-probabilities for the retrieval decision, where probabilities are
+meant; that is not reproduced.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Mapping, Protocol, Sequence
+
+import dspy
+
+from arag.data.metrics import normalize_answer
+from arag.errors import ConfigError, LMError
+from arag.lm import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIMEOUT_S,
+    AsyncCompletionsEngine,
+    CompletionsEngine,
+    TokenLogprob,
+    complete_raw,
+    field_logprobs,
+    label_probabilities,
+    require_lm,
+)
+from arag.programs.base import K, RAGProgram
+from arag.programs.params import Param
+from arag.programs.registry import register
+from arag.programs.steps import split_sentences
+from arag.retrievers.base import Passage
+from arag.signatures.critique import (
+    ContinueAnswer,
+    ContinueAnswerFromPassage,
+    DecideRetrieval,
+    JudgeSupport,
+    RateUtility,
+)
+from arag.signatures.judging import JudgeRelevance
+
+MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delta), always, never",
+             choices=("adaptive", "always", "never"), tunable=False)
+DELTA = Param("delta", 0.2, "retrieve when p(yes) normalised over {yes, no} exceeds this; larger, fewer retrievals",
+              low=0.0, high=1.0)
+W_REL = Param("w_rel", 1.0, "weight of the relevance critique (IsREL) in a candidate's score", low=0.0, high=5.0)
+W_SUP = Param("w_sup", 1.0, "weight of the support critique (IsSUP) in a candidate's score", low=0.0, high=5.0)
+W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score", low=0.0, high=5.0)
+BEAM_WIDTH = Param("beam_width", 2, "paths kept after each segment (B)", low=1, high=16, tunable=False)
+MAX_DEPTH = Param("max_depth", 1, "most segments per answer (T): 1 is short-form; the official long-form setting is 6",
+                  low=1, high=20, tunable=False)
+CRITICS = Param("critics", "prompted", "where critiques come from: typed signatures on any chat LM (prompted) or "
+                "a Self-RAG-trained model's reflection tokens over /v1/completions",
+                choices=("prompted", "reflection-tokens"), tunable=False)
+HARD_CONSTRAINTS = Param("hard_constraints", False, "drop candidates judged irrelevant or unsupported")
+ASSUME_CHOSEN_LABEL = Param("assume_chosen_label", False, "prompted critics on an LM without log-probabilities: "
+                            "the chosen label gets probability 1 (logprobs are not requested)", tunable=False)
+CLOSED_SET = Param("closed_set", False, "closed-set tasks (choices, true/false): return the answer whose finished "
+                   "paths score highest in total", tunable=False)
+
+SELF_RAG_PARAMS = (MODE, DELTA, W_REL, W_SUP, W_USE, K, BEAM_WIDTH, MAX_DEPTH, CRITICS, HARD_CONSTRAINTS,
+                   ASSUME_CHOSEN_LABEL, CLOSED_SET)
+
+UTILITY_WEIGHTS = {"1": -1.0, "2": -0.5, "3": 0.0, "4": 0.5, "5": 1.0}
+CRITIC_TOP_LOGPROBS = 5
+REFLECTION_TOP_LOGPROBS = 20
+
+RETRIEVE_TOKENS = {"[Retrieval]": "yes", "[No Retrieval]": "no", "[Continue to Use Evidence]": "continue"}
+RELEVANCE_TOKENS = {"[Relevant]": "relevant", "[Irrelevant]": "irrelevant"}
+SUPPORT_TOKENS = {"[Fully supported]": "fully", "[Partially supported]": "partially",
+                  "[No support / Contradictory]": "no"}
+UTILITY_TOKENS = {f"[Utility:{grade}]": grade for grade in UTILITY_WEIGHTS}
+MARKUP_TOKENS = {"<paragraph>", "</paragraph>", "</s>", *RELEVANCE_TOKENS, *SUPPORT_TOKENS, *UTILITY_TOKENS}
+
+
+@register
+class SelfRAG(RAGProgram):
+    """Self-RAG: on-demand retrieval, critiqued candidates per passage, segment-level beam search."""
+
+    name = "self-rag"
+    params = SELF_RAG_PARAMS
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.backend: Critics = (PromptedCritics(self.assume_chosen_label) if self.critics == "prompted"
+                                 else ReflectionTokenCritics())
+
+    def check_params(self, config: dict) -> None:
+        if config["assume_chosen_label"] and config["critics"] == "reflection-tokens":
+            raise ConfigError(f"{self.name}: parameter 'assume_chosen_label' applies to critics=prompted; "
+                              "reflection-token critics always read the model's log-probabilities")
+
+    def run(self, question: str) -> dict:
+        beam: list[Path] = [()]
+        finished: list[Path] = []
+        for depth in range(1, self.max_depth + 1):
+            children = [child for path in beam for child in self.expand(question, path, depth)]
+            finished += [path for path in children if path[-1].done]
+            open_paths = sorted((path for path in children if not path[-1].done), key=path_score, reverse=True)
+            beam = open_paths[: self.beam_width]
+            self.note("beam", depth=depth, kept=[path[-1].id for path in beam],
+                      finished=[path[-1].id for path in children if path[-1].done])
+            if not beam:
+                break
+        best = self.choose(finished)
+        self.note("chosen", path=[c.id for c in best], score=round(path_score(best), 6),
+                  passages=[c.segment.passage and c.segment.passage.id for c in best])
+        return {"answer": self.answered(dspy.Prediction(answer=answer_text(best)))}
+
+    def expand(self, question: str, path: Path, depth: int) -> list[Path]:
+        """The candidate children of one path: one per passage when retrieving, else a single one."""
+        last = depth == self.max_depth
+        action = self.decide(question, path, depth)
+        children: list[Path] = []
+        if action == "retrieve":
+            passages = self.evidence(question, retrieval_query(question, path), depth)
+            children = [self.candidate(question, path, passage, depth, number, last)
+                        for number, passage in enumerate(passages, 1)]
+            kept = self.admissible(children)
+            if kept:
+                return kept
+            self.note("no_evidence", depth=depth, parent=parent_id(path),
+                      reason="every candidate was dropped" if children else "no passage was found")
+        elif action == "continue":
+            children = [self.candidate(question, path, path[-1].segment.passage, depth, 1, last, continued=True)]
+            if self.admissible(children):
+                return children
+        return [self.candidate(question, path, None, depth, len(children) + 1, last)]
+
+    def decide(self, question: str, path: Path, depth: int) -> str:
+        """What precedes the next segment: retrieve, continue (with the last segment's passage) or no."""
+        if self.mode != "adaptive":
+            action = "retrieve" if self.mode == "always" else "no"
+            self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, decision=action)
+            return action
+        probabilities = self.backend.retrieval(question, segments_of(path))
+        p_retrieve = retrieve_probability(probabilities)
+        if p_retrieve > self.delta:
+            action = "retrieve"
+        elif path and path[-1].segment.passage is not None and probabilities["continue"] > probabilities["no"]:
+            action = "continue"
+        else:
+            action = "no"
+        self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode,
+                  p_retrieve=round(p_retrieve, 6), delta=self.delta, probabilities=rounded(probabilities),
+                  decision=action)
+        return action
+
+    def evidence(self, question: str, query: str, depth: int) -> list[Passage]:
+        """The passages the candidates of a retrieving step are written from: the top k for the query."""
+        return self.retrieve(query, why=f"segment {depth}")
+
+    def candidate(self, question: str, path: Path, passage: Passage | None, depth: int, number: int,
+                  last: bool, continued: bool = False) -> Path:
+        """Write and critique one candidate segment; the path extended by it."""
+        segment = self.backend.write(question, segments_of(path), passage, continued=continued, last=last)
+        if continued and "relevance" in path[-1].segment.critiques:
+            segment = replace(segment, critiques={**segment.critiques,
+                                                  "relevance": path[-1].segment.critiques["relevance"]})
+        parts = critique_scores(segment.critiques)
+        score = (segment.sequence_score + self.w_rel * parts["relevance"] + self.w_sup * parts["support"]
+                 + self.w_use * parts["utility"])
+        child = Candidate(f"{path[-1].id}.{number}" if path else str(number), segment, score,
+                          done=segment.finished or last)
+        extended = (*path, child)
+        self.note("candidate", id=child.id, depth=depth, passage=passage and passage.id, continued=continued,
+                  text=segment.text, sequence_score=round(segment.sequence_score, 6),
+                  critiques={group: rounded(probs) for group, probs in segment.critiques.items()},
+                  **{name: round(value, 6) for name, value in parts.items()},
+                  score=round(score, 6), path_score=round(path_score(extended), 6), done=child.done)
+        return extended
+
+    def admissible(self, children: list[Path]) -> list[Path]:
+        """With hard constraints, the children whose candidate is neither irrelevant nor unsupported."""
+        if not self.hard_constraints:
+            return children
+        kept = [path for path in children if not undesirable(path[-1].segment)]
+        dropped = [path[-1].id for path in children if undesirable(path[-1].segment)]
+        if dropped:
+            self.note("dropped", ids=dropped, reason="judged irrelevant or unsupported (hard constraints)")
+        return kept
+
+    def choose(self, finished: list[Path]) -> Path:
+        """The best finished path; for closed-set tasks, the best path of the answer with the highest total."""
+        if not self.closed_set:
+            return max(finished, key=path_score)
+        totals: dict[str, float] = defaultdict(float)
+        best_of: dict[str, Path] = {}
+        for path in finished:
+            key = normalize_answer(answer_text(path))
+            totals[key] += path_score(path)
+            if key not in best_of or path_score(path) > path_score(best_of[key]):
+                best_of[key] = path
+        self.note("closed_set", totals={key: round(total, 6) for key, total in totals.items()})
+        return best_of[max(totals, key=totals.get)]
+
+
+# --- candidates, paths and scores --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A candidate continuation as a critic back-end wrote and judged it.
+
+    `critiques` maps a group (relevance, support, utility) to its labels' probabilities, normalised over
+    the group; `transcript` is the segment in the generator's own format (reflection tokens included);
+    `next_retrieval` holds the retrieval probabilities the generator wrote after an unfinished segment.
+    """
+
+    text: str
+    transcript: str
+    sequence_score: float
+    critiques: Mapping[str, Mapping[str, float]]
+    passage: Passage | None = None
+    finished: bool = True
+    next_retrieval: Mapping[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A scored segment in the search tree; `id` spells its place ("2.1": first child of candidate 2)."""
+
+    id: str
+    segment: Segment
+    score: float
+    done: bool
+
+
+Path = tuple[Candidate, ...]
+
+
+def relevance_score(probabilities: Mapping[str, float]) -> float:
+    """IsREL: p(relevant)."""
+    return probabilities["relevant"]
+
+
+def support_score(probabilities: Mapping[str, float]) -> float:
+    """IsSUP: p(fully supported) + 0.5 * p(partially supported)."""
+    return probabilities["fully"] + 0.5 * probabilities["partially"]
+
+
+def utility_score(probabilities: Mapping[str, float]) -> float:
+    """IsUSE: the expected utility weight, with weights -1, -0.5, 0, 0.5, 1 for utility 1 to 5."""
+    return sum(weight * probabilities[grade] for grade, weight in UTILITY_WEIGHTS.items())
+
+
+SCORES = {"relevance": relevance_score, "support": support_score, "utility": utility_score}
+
+
+def critique_scores(critiques: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """rel, sup and use of a candidate; 0 for a group that was not judged."""
+    return {group: score(critiques[group]) if group in critiques else 0.0 for group, score in SCORES.items()}
+
+
+def retrieve_probability(probabilities: Mapping[str, float]) -> float:
+    """p(Retrieve=yes) normalised over {yes, no}; 0 when neither has any mass."""
+    # Probabilities, not log-probabilities: the official short-form code divides the raw log-probabilities
+    # of [Retrieval] and [No Retrieval] here, which inverts the comparison with delta.
+    total = probabilities["yes"] + probabilities["no"]
+    return probabilities["yes"] / total if total else 0.0
+
+
+def undesirable(segment: Segment) -> bool:
+    """A candidate whose most probable relevance is irrelevant or whose most probable support is none."""
+    relevance, support = segment.critiques.get("relevance"), segment.critiques.get("support")
+    return bool(relevance and max(relevance, key=relevance.get) == "irrelevant"
+                or support and max(support, key=support.get) == "no")
+
+
+def normalised(masses: Mapping[str, float]) -> dict[str, float]:
+    total = sum(masses.values())
+    return {label: (mass / total if total else 0.0) for label, mass in masses.items()}
+
+
+def mean_logprob(tokens: Sequence[TokenLogprob]) -> float:
+    """The mean token log-probability; 0 for an empty segment."""
+    return sum(token.logprob for token in tokens) / len(tokens) if tokens else 0.0
+
+
+def path_score(path: Path) -> float:
+    """The mean score of a path's segments: equal-length paths rank as by the sum, finished paths of
+    different lengths compare fairly. (The official long-form code multiplies node scores.)"""
+    return sum(candidate.score for candidate in path) / len(path)
+
+
+def segments_of(path: Path) -> list[Segment]:
+    return [candidate.segment for candidate in path]
+
+
+def join_texts(texts: Sequence[str]) -> str:
+    return " ".join(text.strip() for text in texts if text.strip())
+
+
+def answer_text(path: Path) -> str:
+    return join_texts([candidate.segment.text for candidate in path])
+
+
+def parent_id(path: Path) -> str | None:
+    return path[-1].id if path else None
+
+
+def retrieval_query(question: str, path: Path) -> str:
+    """Retrieve with the question and, after the first segment, the last segment written (x, y_{t-1})."""
+    return join_texts([question, path[-1].segment.text]) if path else question
+
+
+def rounded(probabilities: Mapping[str, float]) -> dict[str, float]:
+    return {label: round(p, 6) for label, p in probabilities.items()}
+
+
+# --- critic back-ends ------------------------------------------------------------------------
+
+
+class Critics(Protocol):
+    """Where candidates and critiques come from. Probabilities are normalised over each group: retrieve
+    {yes, no, continue}, relevance {relevant, irrelevant}, support {fully, partially, no}, utility {1..5}."""
+
+    def retrieval(self, question: str, written: Sequence[Segment]) -> dict[str, float]:
+        """The retrieval probabilities before the next segment."""
+
+    def write(self, question: str, written: Sequence[Segment], passage: Passage | None, *,
+              continued: bool, last: bool) -> Segment:
+        """The next segment, written from `passage` (or none) and critiqued; relevance is judged only for
+        a passage not `continued` from the last segment; a `last` segment ends the answer."""
+
+
+class PromptedCritics(dspy.Module):
+    """Critiques as typed predictions on any chat LM; label probabilities from the label tokens'
+    log-probabilities. A segment is the first sentence of the continuation, or all of it when it is the
+    last one allowed or a single sentence (then the answer is finished)."""
+
+    RETRIEVE_LABELS = {"yes": "yes", "no": "no", "continue": "continue"}
+    RELEVANCE_LABELS = {"yes": "relevant", "no": "irrelevant"}
+    SUPPORT_LABELS = {"fully supported": "fully", "partially supported": "partially", "no support": "no"}
+    UTILITY_LABELS = {grade: grade for grade in UTILITY_WEIGHTS}
+
+    def __init__(self, assume_chosen_label: bool = False):
+        super().__init__()
+        self.assume_chosen_label = assume_chosen_label
+        config = {} if assume_chosen_label else {"logprobs": True, "top_logprobs": CRITIC_TOP_LOGPROBS}
+        self.decide_retrieval = dspy.Predict(DecideRetrieval, **config)
+        self.continue_answer = dspy.Predict(ContinueAnswer, **config)
+        self.continue_from_passage = dspy.Predict(ContinueAnswerFromPassage, **config)
+        self.judge_relevance = dspy.Predict(JudgeRelevance, **config)
+        self.judge_support = dspy.Predict(JudgeSupport, **config)
+        self.rate_utility = dspy.Predict(RateUtility, **config)
+
+    def retrieval(self, question: str, written: Sequence[Segment]) -> dict[str, float]:
+        evidence = written[-1].passage if written else None
+        prediction = self.decide_retrieval(question=question, answer_so_far=join_texts([s.text for s in written]),
+                                           evidence=evidence.long_text if evidence else "")
+        return self.probabilities(prediction, "retrieve", self.RETRIEVE_LABELS)
+
+    def write(self, question: str, written: Sequence[Segment], passage: Passage | None, *,
+              continued: bool, last: bool) -> Segment:
+        so_far = join_texts([s.text for s in written])
+        if passage is None:
+            prediction = self.continue_answer(question=question, answer_so_far=so_far)
+        else:
+            prediction = self.continue_from_passage(question=question, passage=passage.long_text,
+                                                    answer_so_far=so_far)
+        continuation = prediction.continuation.strip()
+        sentences = split_sentences(continuation)
+        text = continuation if last or len(sentences) <= 1 else sentences[0].strip()
+        critiques = {}
+        if passage is not None and not continued:
+            judged = self.judge_relevance(question=question, passage=passage.long_text)
+            critiques["relevance"] = self.probabilities(judged, "relevant", self.RELEVANCE_LABELS)
+        if passage is not None:
+            judged = self.judge_support(question=question, passage=passage.long_text, statement=text)
+            critiques["support"] = self.probabilities(judged, "support", self.SUPPORT_LABELS)
+        rated = self.rate_utility(question=question, response=join_texts([so_far, text]))
+        critiques["utility"] = self.probabilities(rated, "utility", self.UTILITY_LABELS)
+        return Segment(text=text, transcript=text, sequence_score=self.sequence_score(prediction, text),
+                       critiques=critiques, passage=passage, finished=text == continuation)
+
+    def probabilities(self, prediction: dspy.Prediction, field_name: str,
+                      labels: Mapping[str, str]) -> dict[str, float]:
+        """Each label's probability (under the back-end's group label), normalised over the labels."""
+        if self.assume_chosen_label:
+            chosen = prediction[field_name]
+            return {label: float(name == chosen) for name, label in labels.items()}
+        found = label_probabilities(prediction, field_name, list(labels))
+        return {labels[name]: p for name, p in found.items()}
+
+    def sequence_score(self, prediction: dspy.Prediction, text: str) -> float:
+        """The mean log-probability of the continuation tokens that spell the kept segment."""
+        if self.assume_chosen_label:
+            return 0.0
+        return mean_logprob(leading_tokens(field_logprobs(prediction, "continuation"), text))
+
+
+def leading_tokens(tokens: Sequence[TokenLogprob], text: str) -> list[TokenLogprob]:
+    """The first tokens of a field, up to the one that completes `text` (the field's beginning)."""
+    kept, spelled = [], ""
+    for token in tokens:
+        if len(spelled.lstrip()) >= len(text):
+            break
+        kept.append(token)
+        spelled += token.token
+    return kept
+
+
+class ReflectionTokenCritics(dspy.Module):
+    """Critiques as a Self-RAG-trained model's own reflection tokens, read from raw completions.
+
+    The prompt is the model's format, `### Instruction:\\n{question}\\n\\n### Response:\\n`, followed by the
+    segments written so far and, before each new segment, `[Retrieval]<paragraph>{title}\\n{text}</paragraph>`,
+    `[No Retrieval]` or `[Continue to Use Evidence]`. A segment runs until the model writes its next retrieval
+    token, whose top log-probabilities decide the next retrieval; without one the answer is finished.
+    The active LM is used as it is, except that an OpenAI-compatible server (`--api-base`, or an
+    `arag.lm.completions_lm`) is called on its /v1/completions with special tokens kept (vLLM drops them
+    unless asked); the API key is read from OPENAI_API_KEY there.
+    """
+
+    def retrieval(self, question: str, written: Sequence[Segment]) -> dict[str, float]:
+        if written:
+            return dict(written[-1].next_retrieval)
+        _, tokens = complete_raw(raw_prompt_lm(require_lm()), instruction_prompt(question),
+                                 top_logprobs=REFLECTION_TOP_LOGPROBS, max_tokens=1)
+        probabilities = group_probabilities(tokens[0], RETRIEVE_TOKENS) if tokens else {}
+        if not any(probabilities.values()):
+            raise _no_reflection_tokens("a retrieval token ([Retrieval] / [No Retrieval]) to start the response")
+        return probabilities
+
+    def write(self, question: str, written: Sequence[Segment], passage: Passage | None, *,
+              continued: bool, last: bool) -> Segment:
+        if continued:
+            lead = "[Continue to Use Evidence]"
+        elif passage is None:
+            lead = "[No Retrieval]"
+        else:
+            lead = f"[Retrieval]<paragraph>{passage_block(passage)}</paragraph>"
+        prompt = instruction_prompt(question) + "".join(s.transcript for s in written) + lead
+        _, tokens = complete_raw(raw_prompt_lm(require_lm()), prompt, top_logprobs=REFLECTION_TOP_LOGPROBS)
+        return read_segment(tokens, lead, passage, judge_relevance=passage is not None and not continued)
+
+
+def instruction_prompt(question: str) -> str:
+    """The Self-RAG model's prompt format, before anything it writes."""
+    return f"### Instruction:\n{question}\n\n### Response:\n"
+
+
+def passage_block(passage: Passage) -> str:
+    return f"{passage.title}\n{passage.text}" if passage.title else passage.text
+
+
+def read_segment(tokens: Sequence[TokenLogprob], lead: str, passage: Passage | None,
+                 judge_relevance: bool) -> Segment:
+    """A segment from the tokens a Self-RAG model wrote after `lead`: the tokens before its next retrieval
+    token, the support and utility groups where it first wrote them, and relevance at its first token."""
+    body: list[TokenLogprob] = []
+    critiques: dict[str, dict[str, float]] = {}
+    next_retrieval = None
+    for token in tokens:
+        name = token.token.strip()
+        if name in RETRIEVE_TOKENS:
+            next_retrieval = group_probabilities(token, RETRIEVE_TOKENS)
+            break
+        body.append(token)
+        for group, names in (("support", SUPPORT_TOKENS), ("utility", UTILITY_TOKENS)):
+            if name in names and group not in critiques:
+                critiques[group] = group_probabilities(token, names)
+    if judge_relevance:
+        relevance = group_probabilities(tokens[0], RELEVANCE_TOKENS) if tokens else {}
+        if not any(relevance.values()):
+            raise _no_reflection_tokens("a relevance token ([Relevant] / [Irrelevant]) after the paragraph")
+        critiques["relevance"] = relevance
+    text = "".join(token.token for token in body if token.token.strip() not in MARKUP_TOKENS).strip()
+    return Segment(text=text, transcript=lead + "".join(token.token for token in body),
+                   sequence_score=mean_logprob(body), critiques=critiques, passage=passage,
+                   finished=next_retrieval is None, next_retrieval=next_retrieval)
+
+
+def group_probabilities(token: TokenLogprob, names: Mapping[str, str]) -> dict[str, float]:
+    """A reflection-token group's probabilities at one position, from the token and its top candidates,
+    normalised over the group (all 0 when none of its tokens is among them)."""
+    candidates = dict(token.top)
+    candidates.setdefault(token.token, token.logprob)
+    masses = dict.fromkeys(names.values(), 0.0)
+    for candidate, logprob in candidates.items():
+        label = names.get(candidate.strip())
+        if label is not None:
+            masses[label] += math.exp(logprob)
+    return normalised(masses)
+
+
+def _no_reflection_tokens(what: str) -> LMError:
+    return LMError(
+        f"critics='reflection-tokens' found no {what} among the top {REFLECTION_TOP_LOGPROBS} log-probabilities: "
+        "it needs a Self-RAG-trained model (e.g. selfrag/selfrag_llama2_7b) on an OpenAI-compatible server "
+        "(--api-base) with /v1/completions and log-probabilities; use critics=prompted for other LMs"
+    )
+
+
+class ReflectionTokenEngine(CompletionsEngine):
+    """A CompletionsEngine that asks the server to keep special tokens in the text and log-probabilities:
+    Self-RAG's reflection tokens are special tokens, which vLLM drops unless `skip_special_tokens` is false."""
+
+    def complete(self, request):
+        extensions = {**(request.config.extensions or {}), "skip_special_tokens": False}
+        return super().complete(replace(request, config=replace(request.config, extensions=extensions)))
+
+
+def raw_prompt_lm(lm: dspy.BaseLM) -> dspy.BaseLM:
+    """The LM that takes Self-RAG's raw prompts: the server behind `lm` through /v1/completions when it has
+    one (`api_base`, or a completions engine), else `lm` itself (e.g. a scripted LM)."""
+    engine = getattr(lm, "engine", None)
+    if isinstance(engine, CompletionsEngine):
+        return _completions_lm(engine.api_base, engine.model, engine.api_key_env, engine.timeout)
+    api_base = (getattr(lm, "kwargs", None) or {}).get("api_base")
+    if api_base:
+        return _completions_lm(api_base, lm.model.partition("/")[2], "OPENAI_API_KEY", DEFAULT_TIMEOUT_S)
+    return lm
+
+
+@functools.lru_cache(maxsize=None)
+def _completions_lm(api_base: str, model: str, api_key_env: str, timeout: float) -> dspy.LM:
+    engine = ReflectionTokenEngine(api_base, model, api_key_env=api_key_env, timeout=timeout)
+    return dspy.LM(f"reflection/{model}", engine=engine, async_engine=AsyncCompletionsEngine(engine),
+                   temperature=0.0, max_tokens=DEFAULT_MAX_TOKENS)

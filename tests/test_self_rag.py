@@ -1,0 +1,557 @@
+"""Self-RAG: critique scores reproduced by hand from chosen log-probabilities in both critic modes,
+the retrieval decision, beam search, hard constraints, closed-set aggregation, raw prompts over HTTP,
+the retrieval rate against delta on HotpotQA, and `arag eval` over a loopback server."""
+
+import dataclasses
+import hashlib
+import json
+import math
+import uuid
+from pathlib import Path
+
+import dspy
+import pytest
+from click.testing import CliRunner
+
+import arag.programs.self_rag  # noqa: F401  (registers self-rag)
+from arag.cli import main
+from arag.data import load_corpus, load_examples
+from arag.errors import ConfigError, LMError
+from arag.lm import build_lm
+from arag.programs import build_program
+from arag.retrievers import BM25Retriever
+from arag.retrievers.base import Passage
+from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm
+
+QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
+SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")
+RADIO = Passage("p2", "Meet Corliss Archer", "Meet Corliss Archer was a radio program from 1943 to 1956.")
+BASE_PROMPT = f"### Instruction:\n{QUESTION}\n\n### Response:\n"
+UTILITY_WEIGHTS = {"1": -1.0, "2": -0.5, "3": 0.0, "4": 0.5, "5": 1.0}
+
+
+class FixedPassages:
+    """A retriever returning the same passages, best first, for every query."""
+
+    def __init__(self, *passages):
+        self.passages = list(passages)
+        self.queries = []
+
+    def retrieve(self, query, k):
+        self.queries.append(query)
+        return self.passages[:k]
+
+    def retrieve_batch(self, queries, k):
+        return [self.retrieve(q, k) for q in queries]
+
+
+def tokens(pieces):
+    """Tokens given by log-probabilities: (token, logprob) or (token, logprob, {alternative: logprob})."""
+    return Tokens([(p[0], math.exp(p[1]), *([{a: math.exp(lp) for a, lp in p[2].items()}] if len(p) == 3 else []))
+                   for p in pieces])
+
+
+def normalised(logprobs):
+    """Probabilities from log-probabilities, normalised over the group (the official definition)."""
+    total = sum(math.exp(lp) for lp in logprobs.values())
+    return {label: math.exp(lp) / total for label, lp in logprobs.items()}
+
+
+def steps(pred, kind):
+    return [step for step in pred.trace if step["step"] == kind]
+
+
+def candidate(pred, cid):
+    return next(step for step in steps(pred, "candidate") if step["id"] == cid)
+
+
+# --- prompted critics: the score by hand -------------------------------------------------------
+
+DECIDE = {"yes": -0.4, "no": -1.5, "continue": -3.0}
+SHIRLEY_LOGPROBS = {
+    "relevant": {"yes": -0.1, "no": -2.4},
+    "support": {"fully": -0.2, "partially": -1.8, "no": -3.0},
+    "utility": {"5": -0.3, "4": -1.6, "3": -2.9, "2": -4.0, "1": -4.5},
+    "continuation": [-0.1, -0.7, -0.2],
+}
+RADIO_LOGPROBS = {
+    "relevant": {"no": -0.3, "yes": -1.4},
+    "support": {"no": -0.2, "partially": -2.0, "fully": -3.5},
+    "utility": {"2": -0.5, "1": -1.0, "3": -1.7},
+    "continuation": [-1.2, -0.9],
+}
+SUPPORT_WORDS = {"fully": " supported", "partially": " supported", "no": " support"}
+
+
+def label_tokens(logprobs, suffix=None):
+    """The first token is the most probable label, the others its alternatives."""
+    chosen = max(logprobs, key=logprobs.get)
+    alternatives = {label: lp for label, lp in logprobs.items() if label != chosen}
+    pieces = [(chosen, logprobs[chosen], alternatives)]
+    return tokens(pieces + ([(suffix[chosen], 0.0)] if suffix else []))
+
+
+def prompted_responder(answers=None, decide=DECIDE):
+    """Chat answers for every prompted critic; the passage decides which log-probabilities are used."""
+    answers = answers or {"Shirley": ("Chief of Protocol", SHIRLEY_LOGPROBS),
+                          "Meet Corliss": ("Radio host", RADIO_LOGPROBS)}
+
+    def respond(call):
+        field = call.output_fields[-1]
+        if field == "retrieve":
+            return {"retrieve": label_tokens(decide)}
+        passage = call.inputs.get("passage", "")
+        text, logprobs = next(((t, lp) for key, (t, lp) in answers.items() if key in passage), ("I do not know.", None))
+        if field == "continuation":
+            probs = [math.exp(lp) for lp in logprobs["continuation"]] if logprobs else 1.0
+            return {"continuation": Scripted(text, probs)}
+        if field == "relevant":
+            return {"relevant": label_tokens(logprobs["relevant"])}
+        if field == "support":
+            return {"support": label_tokens(logprobs["support"], SUPPORT_WORDS)}
+        if field == "utility":
+            key = next((k for k, (t, _) in answers.items() if call.inputs["response"].startswith(t)), None)
+            return {"utility": label_tokens(answers[key][1]["utility"] if key else {"3": 0.0})}
+        raise AssertionError(f"unexpected call for {call.output_fields}")
+
+    return respond
+
+
+def expected_prompted_score(logprobs, w_rel=1.0, w_sup=1.0, w_use=0.5):
+    relevance = normalised(logprobs["relevant"])["yes"]
+    support_p = normalised(logprobs["support"])
+    support = support_p["fully"] + 0.5 * support_p["partially"]
+    utility = sum(UTILITY_WEIGHTS[g] * p for g, p in normalised(logprobs["utility"]).items())
+    sequence = sum(logprobs["continuation"]) / len(logprobs["continuation"])
+    return sequence + w_rel * relevance + w_sup * support + w_use * utility, (relevance, support, utility, sequence)
+
+
+def test_prompted_scores_match_the_hand_computation():
+    lm = scripted_lm(prompted_responder())
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+
+    (decision,) = steps(pred, "retrieval_decision")
+    p_yes = math.exp(DECIDE["yes"]) / (math.exp(DECIDE["yes"]) + math.exp(DECIDE["no"]))
+    assert decision["p_retrieve"] == pytest.approx(p_yes, abs=1e-6) and decision["decision"] == "retrieve"
+    for cid, logprobs in (("1", SHIRLEY_LOGPROBS), ("2", RADIO_LOGPROBS)):
+        step = candidate(pred, cid)
+        score, (relevance, support, utility, sequence) = expected_prompted_score(logprobs)
+        assert step["relevance"] == pytest.approx(relevance, abs=1e-6)
+        assert step["support"] == pytest.approx(support, abs=1e-6)
+        assert step["utility"] == pytest.approx(utility, abs=1e-6)
+        assert step["sequence_score"] == pytest.approx(sequence, abs=1e-6)
+        assert step["score"] == pytest.approx(score, abs=1e-5)
+    assert candidate(pred, "1")["passage"] == "p1" and candidate(pred, "2")["passage"] == "p2"
+    assert pred.answer == "Chief of Protocol"
+    assert steps(pred, "chosen")[0]["path"] == ["1"]
+    assert lm.engine.count == 1 + 2 * 4  # decide, then write + relevance + support + utility per passage
+    assert pred.retrieval_calls == 1 and pred.distinct_passages == 2
+
+
+def test_weights_change_the_choice():
+    # A radio answer that is more fluent than the Shirley one wins once the critiques weigh nothing.
+    fluent_radio = {**RADIO_LOGPROBS, "continuation": [-0.01, -0.01]}
+    answers = {"Shirley": ("Chief of Protocol", SHIRLEY_LOGPROBS), "Meet Corliss": ("Radio host", fluent_radio)}
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, w_rel=0.0, w_sup=0.0, w_use=0.0)
+    with dspy.context(lm=scripted_lm(prompted_responder(answers))):
+        pred = program(question=QUESTION)
+    assert pred.answer == "Radio host"
+    assert candidate(pred, "2")["score"] == pytest.approx(-0.01, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "params, retrievals, lm_calls",
+    [
+        ({"delta": 0.2}, 1, 9),
+        ({"delta": 0.9}, 0, 3),  # p(retrieve) = 0.75 < 0.9: decide, write, rate utility
+        ({"mode": "always", "delta": 0.9}, 1, 8),  # no decision call
+        ({"mode": "never", "delta": 0.0}, 0, 2),
+    ],
+)
+def test_modes_and_delta_decide_retrieval(params, retrievals, lm_calls):
+    lm = scripted_lm(prompted_responder())
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, **params)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    assert pred.retrieval_calls == retrievals and lm.engine.count == lm_calls
+    (decision,) = steps(pred, "retrieval_decision")
+    assert decision["decision"] == ("retrieve" if retrievals else "no")
+    if not retrievals:
+        assert pred.answer == "I do not know." and candidate(pred, "1")["passage"] is None
+        assert set(candidate(pred, "1")["critiques"]) == {"utility"}
+
+
+# --- reflection tokens: the score by hand ------------------------------------------------------
+
+START = {"[Retrieval]": -0.2, "[No Retrieval]": -1.9}
+SHIRLEY_REFLECTION = [
+    ("[Relevant]", -0.05, {"[Irrelevant]": -3.1}),
+    ("Chief", -0.3), (" of", -0.1), (" Protocol", -0.2),
+    ("[Fully supported]", -0.4, {"[Partially supported]": -1.2, "[No support / Contradictory]": -2.8}),
+    ("[Utility:5]", -0.5, {"[Utility:4]": -1.1, "[Utility:3]": -2.5}),
+]
+RADIO_REFLECTION = [
+    ("[Irrelevant]", -0.4, {"[Relevant]": -1.1}),
+    ("Radio", -1.0),
+    ("[No support / Contradictory]", -0.6, {"[Partially supported]": -1.0, "[Fully supported]": -2.2}),
+    ("[Utility:2]", -0.7, {"[Utility:1]": -1.2, "[Utility:3]": -1.5}),
+]
+
+
+def paragraph(passage):
+    return f"[Retrieval]<paragraph>{passage.title}\n{passage.text}</paragraph>"
+
+
+def reflection_responder(call):
+    assert call.raw
+    if call.prompt == BASE_PROMPT:
+        return tokens([("[Retrieval]", START["[Retrieval]"], {"[No Retrieval]": START["[No Retrieval]"]})])
+    if call.prompt == BASE_PROMPT + paragraph(SHIRLEY):
+        return tokens(SHIRLEY_REFLECTION)
+    if call.prompt == BASE_PROMPT + paragraph(RADIO):
+        return tokens(RADIO_REFLECTION)
+    raise AssertionError(f"unexpected prompt {call.prompt!r}")
+
+
+def expected_reflection_score(pieces):
+    groups = {piece[0]: {piece[0]: piece[1], **piece[2]} for piece in pieces if len(piece) == 3}
+    relevance = normalised(groups.get("[Relevant]") or groups["[Irrelevant]"])["[Relevant]"]
+    support_p = normalised(next(g for t, g in groups.items() if "support" in t))
+    support = support_p["[Fully supported]"] + 0.5 * support_p["[Partially supported]"]
+    utility_p = normalised(next(g for t, g in groups.items() if t.startswith("[Utility")))
+    utility = sum(UTILITY_WEIGHTS[t[-2]] * p for t, p in utility_p.items())
+    sequence = sum(piece[1] for piece in pieces) / len(pieces)  # reflection tokens are part of y_t
+    return sequence + relevance + support + 0.5 * utility
+
+
+def check_reflection_run(pred):
+    (decision,) = steps(pred, "retrieval_decision")
+    p_yes = 1 / (1 + math.exp(START["[No Retrieval]"] - START["[Retrieval]"]))
+    assert decision["p_retrieve"] == pytest.approx(p_yes, abs=1e-6)
+    assert candidate(pred, "1")["score"] == pytest.approx(expected_reflection_score(SHIRLEY_REFLECTION), abs=1e-5)
+    assert candidate(pred, "2")["score"] == pytest.approx(expected_reflection_score(RADIO_REFLECTION), abs=1e-5)
+    assert candidate(pred, "1")["text"] == "Chief of Protocol" and candidate(pred, "2")["text"] == "Radio"
+    assert pred.answer == "Chief of Protocol"
+
+
+def test_reflection_token_scores_match_the_hand_computation():
+    lm = scripted_lm(reflection_responder)
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, critics="reflection-tokens")
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    check_reflection_run(pred)
+    assert [call.prompt for call in lm.engine.calls] == [
+        BASE_PROMPT, BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)
+    ]
+
+
+def test_reflection_tokens_over_a_loopback_completions_server_get_the_exact_prompt():
+    with OpenAICompatibleServer(reflection_responder) as server:
+        lm = build_lm(f"openai/selfrag-{uuid.uuid4().hex[:8]}", api_base=server.url)
+        program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, critics="reflection-tokens")
+        with dspy.context(lm=lm):
+            pred = program(question=QUESTION)
+    check_reflection_run(pred)
+    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 3
+    bodies = [r["body"] for r in server.requests]
+    assert [b["prompt"] for b in bodies] == [
+        BASE_PROMPT, BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)
+    ]
+    assert all(b["logprobs"] == 20 and b["skip_special_tokens"] is False for b in bodies)
+    assert bodies[0]["max_tokens"] == 1 and bodies[0]["model"] == lm.model.partition("/")[2]
+
+
+def test_a_model_without_reflection_tokens_is_refused_clearly():
+    lm = scripted_lm(lambda call: "Chief of Protocol")
+    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, critics="reflection-tokens")
+    with dspy.context(lm=lm), pytest.raises(LMError, match="Self-RAG-trained model"):
+        program(question=QUESTION)
+
+
+def test_reflection_segments_decide_the_next_retrieval_from_their_own_retrieval_token():
+    first = [("[Relevant]", -0.1, {"[Irrelevant]": -2.0}), ("Temple was an actress.", -0.2),
+             ("[Fully supported]", -0.1, {"[Partially supported]": -2.5}),
+             ("[Retrieval]", -0.3, {"[No Retrieval]": -1.5})]
+    second = [("[Relevant]", -0.2, {"[Irrelevant]": -1.7}), (" She was Chief of Protocol.", -0.4),
+              ("[Partially supported]", -0.3, {"[Fully supported]": -1.4}), ("[Utility:4]", -0.2)]
+    after_first = BASE_PROMPT + paragraph(SHIRLEY) + "[Relevant]Temple was an actress.[Fully supported]"
+
+    def respond(call):
+        if call.prompt == BASE_PROMPT:
+            return tokens([("[Retrieval]", -0.1, {"[No Retrieval]": -2.4})])
+        if call.prompt == BASE_PROMPT + paragraph(SHIRLEY):
+            return tokens(first)
+        if call.prompt in (after_first + paragraph(SHIRLEY), after_first + "[No Retrieval]"):
+            return tokens(second[1:] if call.prompt.endswith("[No Retrieval]") else second)
+        raise AssertionError(f"unexpected prompt {call.prompt!r}")
+
+    for delta, expected_second in ((0.2, after_first + paragraph(SHIRLEY)), (0.9, after_first + "[No Retrieval]")):
+        lm = scripted_lm(respond)
+        program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, max_depth=3, critics="reflection-tokens",
+                                delta=delta)
+        with dspy.context(lm=lm):
+            pred = program(question=QUESTION)
+        # The second decision comes from the [Retrieval] token the model wrote after its first segment.
+        assert [call.prompt for call in lm.engine.calls] == [BASE_PROMPT, BASE_PROMPT + paragraph(SHIRLEY),
+                                                              expected_second]
+        decisions = steps(pred, "retrieval_decision")
+        assert decisions[1]["p_retrieve"] == pytest.approx(1 / (1 + math.exp(-1.5 + 0.3)), abs=1e-6)
+        assert pred.answer == "Temple was an actress. She was Chief of Protocol."
+        assert steps(pred, "chosen")[0]["path"] == ["1", "1.1"]
+        assert pred.retrieval_calls == (2 if delta == 0.2 else 1)
+
+
+# --- long-form beam search, hard constraints, closed sets --------------------------------------
+
+
+def beam_responder(relevance):
+    """Every passage gives a two-sentence continuation; relevance differs by passage title."""
+
+    def respond(call):
+        field = call.output_fields[-1]
+        passage = call.inputs.get("passage", "")
+        title = passage.split(" | ")[0]
+        if field == "continuation":
+            return {"continuation": Scripted(f"From {title}. And more.", 0.9)}
+        if field == "relevant":
+            p = relevance[title]
+            return {"relevant": Tokens([("yes", p, {"no": 1 - p})] if p >= 0.5 else [("no", 1 - p, {"yes": p})])}
+        if field == "support":
+            return {"support": Tokens([("fully", 0.7, {"partially": 0.2, "no": 0.1}), (" supported", 1.0)])}
+        if field == "utility":
+            return {"utility": Tokens([("4", 0.6, {"5": 0.3, "3": 0.1})])}
+        raise AssertionError(call.output_fields)
+
+    return respond
+
+
+def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
+    passages = [Passage(f"p{i}", title, f"{title} text.") for i, title in enumerate(("Alpha", "Beta", "Gamma"), 1)]
+    lm = scripted_lm(beam_responder({"Alpha": 0.9, "Beta": 0.6, "Gamma": 0.2}))
+    retriever = FixedPassages(*passages)
+    program = build_program("self-rag", retriever, k=3, mode="always", max_depth=3, beam_width=2)
+    with dspy.context(lm=lm):
+        pred = program(question="Tell me about the letters.")
+    # Later segments retrieve with the question and the path's last segment (x, y_{t-1}).
+    assert retriever.queries[:3] == ["Tell me about the letters.", "Tell me about the letters. From Alpha.",
+                                     "Tell me about the letters. From Beta."]
+    candidates = steps(pred, "candidate")
+    assert [sum(1 for c in candidates if c["depth"] == d) for d in (1, 2, 3)] == [3, 6, 6]
+    for beam in steps(pred, "beam"):
+        layer = [c for c in candidates if c["depth"] == beam["depth"]]
+        open_layer = sorted((c for c in layer if not c["done"]), key=lambda c: -c["path_score"])
+        assert beam["kept"] == [c["id"] for c in open_layer[:2]]
+        assert all(c["id"].count(".") == beam["depth"] - 1 for c in layer)
+    for step in candidates:  # a path's score is the mean of its segments' scores
+        ids = [".".join(step["id"].split(".")[: n + 1]) for n in range(step["depth"])]
+        scores = [next(c["score"] for c in candidates if c["id"] == i) for i in ids]
+        assert step["path_score"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
+    finished = [c for c in candidates if c["done"]]
+    assert {c["depth"] for c in finished} == {3}
+    best = max(finished, key=lambda c: c["path_score"])
+    assert steps(pred, "chosen")[0]["path"][-1] == best["id"] == "1.1.1"
+    assert pred.answer == "From Alpha. From Alpha. From Alpha. And more."
+    assert pred.lm_calls == (3 + 6 + 6) * 4 and pred.retrieval_calls == 1 + 2 + 2
+    assert lm.engine.count < pred.lm_calls  # repeated judgements (same passage, same statement) come from the cache
+
+
+def test_a_single_sentence_continuation_finishes_the_answer_early():
+    lm = scripted_lm(lambda call: {"continuation": "Paris."} if "continuation" in call.output_fields
+                     else {"utility": Tokens([("5", 0.8, {"4": 0.2})])})
+    program = build_program("self-rag", FixedPassages(SHIRLEY), mode="never", max_depth=4)
+    with dspy.context(lm=lm):
+        pred = program(question="Capital of France?")
+    assert pred.answer == "Paris." and lm.engine.count == 2
+    assert [b["depth"] for b in steps(pred, "beam")] == [1]
+
+
+def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
+    def respond(call):
+        field = call.output_fields[-1]
+        if field == "retrieve":
+            first = not call.inputs["answer_so_far"]
+            decide = DECIDE if first else {"continue": -0.2, "no": -1.9, "yes": -3.5}
+            assert call.inputs["evidence"] == ("" if first else f"{SHIRLEY.title} | {SHIRLEY.text}")
+            return {"retrieve": label_tokens(decide)}
+        if field == "continuation":
+            return {"continuation": "She was an actress. She served as Chief of Protocol."}
+        return prompted_responder()(call)
+
+    lm = scripted_lm(respond)
+    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, max_depth=2)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    assert [d["decision"] for d in steps(pred, "retrieval_decision")] == ["retrieve", "continue"]
+    first, second = candidate(pred, "1"), candidate(pred, "1.1")
+    assert second["continued"] and second["passage"] == "p1" and pred.retrieval_calls == 1
+    assert second["critiques"]["relevance"] == first["critiques"]["relevance"]  # judged once, carried over
+    assert first["text"] == "She was an actress." and not first["done"]
+    assert pred.answer == "She was an actress. She was an actress. She served as Chief of Protocol."
+    relevance_calls = [call for call in lm.engine.calls if call.output_fields == ["relevant"]]
+    assert len(relevance_calls) == 1
+
+
+def test_hard_constraints_drop_irrelevant_candidates_and_fall_back_to_no_evidence():
+    lm = scripted_lm(prompted_responder())
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, hard_constraints=True)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    assert steps(pred, "dropped")[0]["ids"] == ["2"] and pred.answer == "Chief of Protocol"
+
+    lm = scripted_lm(prompted_responder())
+    program = build_program("self-rag", FixedPassages(RADIO), k=1, hard_constraints=True)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    assert steps(pred, "dropped")[0]["ids"] == ["1"]
+    assert steps(pred, "no_evidence")[0]["reason"] == "every candidate was dropped"
+    assert pred.answer == "I do not know." and steps(pred, "chosen")[0] == {
+        "step": "chosen", "path": ["2"], "passages": [None], "score": candidate(pred, "2")["score"]}
+
+
+def test_closed_set_sums_the_scores_of_agreeing_answers():
+    high = {**SHIRLEY_LOGPROBS, "continuation": [-0.1]}
+    low = {**SHIRLEY_LOGPROBS, "relevant": {"yes": -0.2, "no": -1.7}, "continuation": [-0.3]}
+    passages = [SHIRLEY, RADIO, Passage("p3", "Kiss and Tell", "Kiss and Tell is a 1945 film.")]
+    answers = {"Shirley": ("A", high), "Meet Corliss": ("B", low), "Kiss and": ("b", low)}
+    picks = {}
+    for closed_set in (False, True):
+        program = build_program("self-rag", FixedPassages(*passages), k=3, closed_set=closed_set)
+        with dspy.context(lm=scripted_lm(prompted_responder(answers))):
+            pred = program(question=QUESTION)
+        picks[closed_set] = pred.answer
+        scores = {c["id"]: c["score"] for c in steps(pred, "candidate")}
+    assert scores["1"] > scores["2"] == scores["3"] and scores["2"] + scores["3"] > scores["1"]
+    assert picks == {False: "A", True: "B"}
+    assert steps(pred, "closed_set")[0]["totals"]["b"] == pytest.approx(scores["2"] + scores["3"], abs=1e-5)
+
+
+# --- LMs without log-probabilities, parameters --------------------------------------------------
+
+
+class NoLogprobsEngine(ScriptedEngine):
+    def complete(self, request):
+        return dataclasses.replace(super().complete(request), logprobs=None)
+
+
+def no_logprobs_lm(responder):
+    return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
+
+
+def chosen_labels(call):
+    field = call.output_fields[-1]
+    return {"retrieve": "yes", "continuation": "Chief of Protocol", "relevant": "yes",
+            "support": "partially supported", "utility": "4"}[field]
+
+
+def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed():
+    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1)
+    with dspy.context(lm=no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})):
+        with pytest.raises(LMError, match="log-probabilities"):
+            program(question=QUESTION)
+    lm = no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})
+    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, assume_chosen_label=True)
+    with dspy.context(lm=lm):
+        pred = program(question=QUESTION)
+    step = candidate(pred, "1")
+    assert step["critiques"]["support"] == {"fully": 0.0, "partially": 1.0, "no": 0.0}
+    assert (step["relevance"], step["support"], step["utility"], step["sequence_score"]) == (1.0, 0.5, 0.5, 0.0)
+    assert step["score"] == pytest.approx(1.0 + 0.5 + 0.5 * 0.5)
+    assert steps(pred, "retrieval_decision")[0]["p_retrieve"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"mode": "sometimes"}, "'mode' must be one of"),
+        ({"delta": 1.5}, "'delta' must be in [0.0, 1.0]"),
+        ({"critics": "gpt"}, "'critics' must be one of"),
+        ({"beam_width": 0}, "'beam_width' must be in"),
+        ({"max_depth": "deep"}, "'max_depth' must be int"),
+        ({"critics": "reflection-tokens", "assume_chosen_label": True}, "'assume_chosen_label' applies to"),
+    ],
+)
+def test_bad_parameters_name_the_parameter(params, fragment):
+    with pytest.raises(ConfigError, match="self-rag: ") as err:
+        build_program("self-rag", FixedPassages(SHIRLEY), **params)
+    assert fragment in str(err.value)
+
+
+# --- HotpotQA: fewer retrievals as delta grows -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hotpot(tmp_path_factory):
+    folder = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "hotpotqa"
+    if not folder.exists():
+        pytest.skip(f"{folder} is not present")
+    retriever = BM25Retriever.build(load_corpus(folder / "corpus.jsonl"), tmp_path_factory.mktemp("hotpot") / "bm25")
+    return load_examples(folder / "public.jsonl", limit=30), retriever
+
+
+def hashed_probability(text):
+    return (int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) % 98 + 1) / 100
+
+
+def hotpot_responder(call):
+    field = call.output_fields[-1]
+    if field == "retrieve":
+        p = hashed_probability(call.inputs["question"])
+        return {"retrieve": Tokens([("yes", p, {"no": 1 - p})] if p >= 0.5 else [("no", 1 - p, {"yes": p})])}
+    if field == "continuation":
+        return {"continuation": Scripted(call.inputs.get("passage", "unknown").split(" | ")[0] or "unknown", 0.8)}
+    return {field: {"relevant": "yes", "support": "partially supported", "utility": "3"}[field]}
+
+
+def test_the_retrieval_rate_never_increases_as_delta_grows_on_hotpotqa(hotpot):
+    examples, retriever = hotpot
+    lm = scripted_lm(hotpot_responder)
+    rates = []
+    for delta in (0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1.0):
+        program = build_program("self-rag", retriever, k=2, delta=delta)
+        with dspy.context(lm=lm):
+            retrieved = [program(question=ex.question).retrieval_calls > 0 for ex in examples]
+        rates.append(sum(retrieved) / len(retrieved))
+    assert all(later <= earlier for earlier, later in zip(rates, rates[1:])), rates
+    assert rates[0] == 1.0 and rates[-1] == 0.0 and len(set(rates)) >= 4, rates
+
+
+# --- arag eval over a loopback chat server -----------------------------------------------------
+
+
+def chat_and_raw_responder(call):
+    if call.raw:  # reflection-token prompts on /v1/completions
+        if call.prompt.endswith("### Response:\n"):
+            return tokens([("[Retrieval]", -0.1, {"[No Retrieval]": -2.3})])
+        return tokens([("[Relevant]", -0.2, {"[Irrelevant]": -1.8}), ("Somebody", -0.5),
+                       ("[Partially supported]", -0.4, {"[Fully supported]": -1.1}), ("[Utility:3]", -0.3)])
+    return hotpot_responder(call)
+
+
+@pytest.mark.parametrize("critics", ["prompted", "reflection-tokens"])
+def test_arag_eval_runs_self_rag_over_a_loopback_server(critics, shared_dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
+    folder = shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(chat_and_raw_responder) as server:
+        result = CliRunner().invoke(main, [
+            "eval", "--program", "self-rag", "--dataset", str(folder / "public.jsonl"),
+            "--corpus", str(folder / "corpus.jsonl"), "--lm", f"openai/selfrag-{critics}", "--api-base", server.url,
+            "--param", "k=2", "--param", f"critics={critics}", "--param", "delta=0.0",
+            "--limit", "3", "--out", str(tmp_path / "out"),
+        ])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and not any("error" in row for row in rows)
+    for row in rows:
+        kinds = [step["step"] for step in row["trace"]]
+        assert kinds[:2] == ["retrieval_decision", "retrieve"] and kinds.count("candidate") == 2
+        assert kinds[-2:] == ["chosen", "answer"] and row["retrieval_calls"] == 1
+    paths = {request["path"] for request in server.requests}
+    assert paths == ({"/v1/chat/completions"} if critics == "prompted" else {"/v1/completions"})
+    if critics == "prompted":
+        assert all(r["body"]["logprobs"] is True and r["body"]["top_logprobs"] == 5 for r in server.requests)
+        for row in rows:  # equal critiques: the first passage's candidate wins, and it answers with its title
+            assert row["prediction"] == row["trace"][1]["passages"][0]["title"]
+    else:
+        assert {row["prediction"] for row in rows} == {"Somebody"}
