@@ -82,6 +82,12 @@ def current_trace() -> Trace | None:
     return _active.get()
 
 
+def note(step: str, **data: Any) -> dict[str, Any]:
+    """Record a step in the active trace (a plain dict when no program call is recording)."""
+    trace = _active.get()
+    return trace.add(step, **data) if trace is not None else {"step": step, **data}
+
+
 @contextmanager
 def recording() -> Iterator[Trace]:
     """Record a program call. Nested calls (a program inside another) share the outer trace."""

@@ -9,7 +9,7 @@ import dspy
 from arag.errors import ConfigError
 from arag.lm import field_logprobs
 from arag.retrievers.base import Passage, Retriever
-from arag.trace import current_trace, recording
+from arag.trace import current_trace, note, recording
 from arag.programs.params import Param, resolve_params
 
 K = Param("k", 5, "passages per retrieval", low=1, high=100)
@@ -70,5 +70,4 @@ class RAGProgram(dspy.Module):
 
     def note(self, step: str, **data: Any) -> dict[str, Any]:
         """Record a step (a judgement, a decision, a generated sentence) in the active trace."""
-        trace = current_trace()
-        return trace.add(step, **data) if trace is not None else {"step": step, **data}
+        return note(step, **data)

@@ -37,7 +37,7 @@ from arag.retrievers.web import Document, open_knowledge_search
 from arag.signatures.answering import AnswerFromKnowledge
 from arag.signatures.knowledge import AnswerFromRefinedKnowledge
 from arag.signatures.queries import RewriteAsKeywords
-from arag.trace import current_trace
+from arag.trace import current_trace, note
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
 UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0)
@@ -64,62 +64,64 @@ KEYWORD_DEMOS = (
 )
 
 
-@register
-class CRAG(RAGProgram):
-    name = "crag"
-    params = (SCORER, UPPER, LOWER, CRAG_K, STRIP_MODE, STRIPS_TOP_K, STRIP_THRESHOLD, WEB, WEB_K, LABEL_FALLBACK,
-              REASONING)
+CORRECTION_PARAMS = (SCORER, UPPER, LOWER, STRIP_MODE, STRIPS_TOP_K, STRIP_THRESHOLD, WEB, WEB_K, LABEL_FALLBACK)
 
-    def __init__(self, retriever=None, **params):
-        super().__init__(retriever, **params)
-        self.evaluator = open_scorer(self.scorer, label_fallback=self.label_fallback)
-        self.knowledge_search = open_knowledge_search(self.web)
+
+def check_thresholds(program: str, config: dict) -> None:
+    """lower <= upper, or a ConfigError naming both."""
+    if config["lower"] > config["upper"]:
+        raise ConfigError(
+            f"{program}: parameter 'lower' ({config['lower']}) must not exceed parameter 'upper' ({config['upper']})"
+        )
+
+
+class KnowledgeCorrector(dspy.Module):
+    """CRAG's corrective step, shared by `crag` and `self-crag`: grade the retrieved documents, pick the
+    action, then refine them (Correct), search for knowledge (Incorrect), or both (Ambiguous)."""
+
+    def __init__(self, *, scorer: str, upper: float, lower: float, strip_mode: str, strips_top_k: int,
+                 strip_threshold: float, web: str, web_k: int, label_fallback: bool) -> None:
+        super().__init__()
+        self.upper, self.lower = upper, lower
+        self.strip_mode, self.strips_top_k, self.strip_threshold = strip_mode, strips_top_k, strip_threshold
+        self.web_k = web_k
+        self.evaluator = open_scorer(scorer, label_fallback=label_fallback)
+        self.knowledge_search = open_knowledge_search(web)
         self.rewrite_query = dspy.Predict(RewriteAsKeywords)
         self.rewrite_query.demos = [demo.with_inputs("question") for demo in KEYWORD_DEMOS]
-        self.generate_answer = predictor(AnswerFromRefinedKnowledge, self.reasoning)
-        self.answer_from_question = predictor(AnswerFromKnowledge, self.reasoning)
 
-    def check_params(self, config):
-        if config["lower"] > config["upper"]:
-            raise ConfigError(
-                f"crag: parameter 'lower' ({config['lower']}) must not exceed parameter 'upper' ({config['upper']})"
-            )
+    @classmethod
+    def from_config(cls, config: dict) -> "KnowledgeCorrector":
+        return cls(**{param.name: config[param.name] for param in CORRECTION_PARAMS})
 
-    def run(self, question: str) -> dict:
-        passages = self.retrieve(question, why="question")
+    def correct(self, question: str, passages: list[Passage]) -> tuple[str, list[str]]:
+        """The action taken and the corrected knowledge (strips), recorded in the trace."""
         scores = self.evaluator.score(question, [p.long_text for p in passages])
-        self.note("evaluate", scorer=str(self.evaluator),
-                  scores=[{"id": p.id, "title": p.title, "score": round(s, 4)} for p, s in zip(passages, scores)])
+        note("evaluate", scorer=str(self.evaluator),
+             scores=[{"id": p.id, "title": p.title, "score": round(s, 4)} for p, s in zip(passages, scores)])
         action = trigger(scores, self.upper, self.lower)
-        self.note("action", action=action, max_score=round(max(scores), 4) if scores else None,
-                  upper=self.upper, lower=self.lower)
-
+        note("action", action=action, max_score=round(max(scores), 4) if scores else None,
+             upper=self.upper, lower=self.lower)
         knowledge: list[str] = []
         if action in (CORRECT, AMBIGUOUS):
             knowledge += self.refine_knowledge(question, passages, source="retrieved")
         if action in (INCORRECT, AMBIGUOUS):
             knowledge += self.search_knowledge(question)
-
-        if knowledge:
-            prediction = self.generate_answer(question=question, knowledge=knowledge)
-        else:
-            self.note("answer_from_question", reason=f"no knowledge after the {action} action")
-            prediction = self.answer_from_question(question=question)
-        return {"answer": self.answered(prediction), "action": action, "knowledge": knowledge}
+        return action, knowledge
 
     def refine_knowledge(self, question: str, passages: list[Passage], *, source: str) -> list[str]:
         """Decompose-then-recompose: the kept strips of `passages`, in reading order."""
         refinement = refine(question, passages, self.evaluator, mode=self.strip_mode, top_k=self.strips_top_k,
                             threshold=self.strip_threshold)
-        self.note("refine", source=source, mode=self.strip_mode,
-                  strip_scores=[round(strip.score, 4) for strip in refinement.strips],
-                  kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept])
+        note("refine", source=source, mode=self.strip_mode,
+             strip_scores=[round(strip.score, 4) for strip in refinement.strips],
+             kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept])
         return refinement.knowledge
 
     def search_knowledge(self, question: str) -> list[str]:
         """Knowledge searching: keyword rewrite, search, refinement of what was found."""
         if self.knowledge_search is None:
-            self.note("search", skipped=True, reason="web=none: no knowledge search configured")
+            note("search", skipped=True, reason="web=none: no knowledge search configured")
             return []
         query = self.keyword_query(question)
         documents = self.knowledge_search.search(query, self.web_k)
@@ -131,10 +133,10 @@ class CRAG(RAGProgram):
         """At most three keywords joined by commas; the question itself when the rewrite is empty."""
         keywords = [k.strip() for k in self.rewrite_query(question=question).keywords if k.strip()][:MAX_KEYWORDS]
         if not keywords:
-            self.note("rewrite", query=question, reason="the rewrite was empty: searching with the question")
+            note("rewrite", query=question, reason="the rewrite was empty: searching with the question")
             return question
         query = ", ".join(keywords)
-        self.note("rewrite", query=query)
+        note("rewrite", query=query)
         return query
 
     def record_search(self, query: str, documents: list[Document]) -> None:
@@ -145,3 +147,28 @@ class CRAG(RAGProgram):
         found = [Passage(document.url, document.title, document.snippet) for document in documents]
         step = trace.retrieval(query, found, why=f"knowledge search ({self.knowledge_search})", k=self.web_k)
         step["documents"] = [document.summary() for document in documents]
+
+
+@register
+class CRAG(RAGProgram):
+    name = "crag"
+    params = (CRAG_K, *CORRECTION_PARAMS, REASONING)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.corrector = KnowledgeCorrector.from_config(self.config)
+        self.generate_answer = predictor(AnswerFromRefinedKnowledge, self.reasoning)
+        self.answer_from_question = predictor(AnswerFromKnowledge, self.reasoning)
+
+    def check_params(self, config):
+        check_thresholds(self.name, config)
+
+    def run(self, question: str) -> dict:
+        passages = self.retrieve(question, why="question")
+        action, knowledge = self.corrector.correct(question, passages)
+        if knowledge:
+            prediction = self.generate_answer(question=question, knowledge=knowledge)
+        else:
+            self.note("answer_from_question", reason=f"no knowledge after the {action} action")
+            prediction = self.answer_from_question(question=question)
+        return {"answer": self.answered(prediction), "action": action, "knowledge": knowledge}

@@ -211,7 +211,7 @@ def test_parameters_have_the_papers_defaults_and_accept_cli_strings(monkeypatch)
                 "web": "none", "scorer": "lm", "strip_mode": "sentences"}
     assert {name: program.config[name] for name in defaults} == defaults
     program = build_program("crag", FixedRetriever(PASSAGES), upper="0.3", lower="0.3", k="4", web="tavily")
-    assert (program.upper, program.lower, program.k, str(program.knowledge_search)) == (0.3, 0.3, 4, "tavily")
+    assert (program.upper, program.lower, program.k, str(program.corrector.knowledge_search)) == (0.3, 0.3, 4, "tavily")
 
 
 # --- the CLI over a loopback server on HotpotQA ------------------------------------------------------
