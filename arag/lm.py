@@ -322,7 +322,7 @@ def _retry_after(headers: Any) -> float | None:
         return None
 
 
-def _completions_arguments(config: lm15.Config) -> dict[str, Any]:
+def _completions_arguments(config: lm15.Config, keep_special_tokens: bool = False) -> dict[str, Any]:
     refused = [name for name in ("response_format", "tool_choice", "reasoning") if getattr(config, name) is not None]
     if refused:
         raise lm15.UnsupportedFeatureError(
@@ -340,6 +340,8 @@ def _completions_arguments(config: lm15.Config) -> dict[str, Any]:
     extra = dict(config.extensions or {})
     if config.top_k is not None:
         extra["top_k"] = config.top_k
+    if keep_special_tokens:
+        extra["skip_special_tokens"] = False
     if extra:
         arguments["extra_body"] = extra
     return arguments
@@ -364,15 +366,19 @@ class CompletionsEngine:
     DSPy's own ``model_type="text"`` rewrites prompts; this engine sends the single user message's text
     unchanged and returns lm15 token log-probabilities, so DSPy's cache and retries still apply.
     The API key is read from ``api_key_env`` on first use (a placeholder when unset) and never saved.
+    ``keep_special_tokens`` asks the server (vLLM's ``skip_special_tokens=false``) to keep special tokens
+    in the text and log-probabilities, as Self-RAG's reflection tokens need.
     """
 
     def __init__(
-        self, api_base: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = DEFAULT_TIMEOUT_S
+        self, api_base: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout: float = DEFAULT_TIMEOUT_S,
+        keep_special_tokens: bool = False,
     ):
         self.api_base = api_base
         self.model = model
         self.api_key_env = api_key_env
         self.timeout = timeout
+        self.keep_special_tokens = keep_special_tokens
         self._client = None
         self._lock = threading.Lock()
 
@@ -401,7 +407,7 @@ class CompletionsEngine:
         prompt = request.messages[0].text or ""
         try:
             completion = self._openai().completions.create(
-                model=self.model, prompt=prompt, **_completions_arguments(request.config)
+                model=self.model, prompt=prompt, **_completions_arguments(request.config, self.keep_special_tokens)
             )
         except openai.APITimeoutError as exc:
             raise lm15.TimeoutError(f"{self.api_base}/completions timed out after {self.timeout}s") from exc
@@ -442,6 +448,7 @@ class CompletionsEngine:
             "model": self.model,
             "api_key_env": self.api_key_env,
             "timeout": self.timeout,
+            "keep_special_tokens": self.keep_special_tokens,
         }
 
     @classmethod
@@ -449,7 +456,7 @@ class CompletionsEngine:
         return cls(**state)
 
     def __reduce__(self):
-        return type(self), (self.api_base, self.model, self.api_key_env, self.timeout)
+        return type(self), (self.api_base, self.model, self.api_key_env, self.timeout, self.keep_special_tokens)
 
 
 class AsyncCompletionsEngine(ThreadedAsyncEngine):
@@ -471,13 +478,15 @@ def completions_lm(
     timeout: float = DEFAULT_TIMEOUT_S,
     temperature: float | None = 0.0,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    keep_special_tokens: bool = False,
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` named ``completions/<model>`` that sends raw prompts to ``api_base``'s /v1/completions.
 
     Call it through ``complete_raw``; extra ``kwargs`` (e.g. ``stop``, ``cache``) go to ``dspy.LM``.
     """
-    engine = CompletionsEngine(api_base, model, api_key_env=api_key_env, timeout=timeout)
+    engine = CompletionsEngine(api_base, model, api_key_env=api_key_env, timeout=timeout,
+                               keep_special_tokens=keep_special_tokens)
     return dspy.LM(
         f"completions/{model}",
         engine=engine,

@@ -46,12 +46,11 @@ import dspy
 from arag.data.metrics import normalize_answer
 from arag.errors import ConfigError, LMError
 from arag.lm import (
-    DEFAULT_MAX_TOKENS,
     DEFAULT_TIMEOUT_S,
-    AsyncCompletionsEngine,
     CompletionsEngine,
     TokenLogprob,
     complete_raw,
+    completions_lm,
     field_logprobs,
     label_probabilities,
     require_lm,
@@ -524,15 +523,6 @@ def _no_reflection_tokens(what: str) -> LMError:
     )
 
 
-class ReflectionTokenEngine(CompletionsEngine):
-    """A CompletionsEngine that asks the server to keep special tokens in the text and log-probabilities:
-    Self-RAG's reflection tokens are special tokens, which vLLM drops unless `skip_special_tokens` is false."""
-
-    def complete(self, request):
-        extensions = {**(request.config.extensions or {}), "skip_special_tokens": False}
-        return super().complete(replace(request, config=replace(request.config, extensions=extensions)))
-
-
 def raw_prompt_lm(lm: dspy.BaseLM) -> dspy.BaseLM:
     """The LM that takes Self-RAG's raw prompts: the server behind `lm` through /v1/completions when it has
     one (`api_base`, or a completions engine), else `lm` itself (e.g. a scripted LM)."""
@@ -547,6 +537,5 @@ def raw_prompt_lm(lm: dspy.BaseLM) -> dspy.BaseLM:
 
 @functools.lru_cache(maxsize=None)
 def _completions_lm(api_base: str, model: str, api_key_env: str, timeout: float) -> dspy.LM:
-    engine = ReflectionTokenEngine(api_base, model, api_key_env=api_key_env, timeout=timeout)
-    return dspy.LM(f"reflection/{model}", engine=engine, async_engine=AsyncCompletionsEngine(engine),
-                   temperature=0.0, max_tokens=DEFAULT_MAX_TOKENS)
+    # Self-RAG's reflection tokens are special tokens, which vLLM drops unless asked to keep them.
+    return completions_lm(model, api_base, api_key_env=api_key_env, timeout=timeout, keep_special_tokens=True)
