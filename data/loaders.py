@@ -177,10 +177,18 @@ def _example(fields: dict, where: str, index: int, path: Path, require_answers: 
             raise DataError(f"{where}: missing answers (pass require_answers=False to load an unlabeled test file)")
         answers = []
     fields["answers"] = _answer_list(answers, where)
-    fields["question"] = question.strip()
+    fields["question"] = with_choices(question.strip(), fields.get("choices"))
     fields["id"] = _identifier(fields.get("id"), where) or f"{path.stem}-{index}"
     fields["meta"] = fields.get("meta") or {}
     return dspy.Example(**{key: value for key, value in fields.items() if value is not None}).with_inputs("question")
+
+
+def with_choices(question: str, choices: list[dict] | None) -> str:
+    """The question as programs see it: multiple-choice options listed after it (`A) text`, one per line)."""
+    if not choices:
+        return question
+    options = "\n".join(f"{choice['label']}) {choice['text']}" for choice in choices)
+    return f"{question}\nChoices:\n{options}"
 
 
 def _identifier(value, where: str) -> str | None:

@@ -271,7 +271,11 @@ def test_popqa_selfrag_jsonl():
 def test_arc_both_shapes(name):
     example = load_examples(FIXTURES / name)[0]
     assert example.dataset == "arc"
-    assert example.question == "Which gas do plants take in for photosynthesis?"
+    # Programs receive only the question, so the options are listed in it.
+    stem, options = example.question.split("\nChoices:\n")
+    assert stem == "Which gas do plants take in for photosynthesis?"
+    assert options.splitlines()[1] == "B) carbon dioxide"
+    assert len(options.splitlines()) == len(example.choices)
     assert example.choices[1] == {"label": "B", "text": "carbon dioxide"}
     assert (example.answer_label, example.answers, example.meta["answer_index"]) == ("B", ["carbon dioxide"], 1)
     assert default_metrics(example) == ["choice_acc"]
