@@ -6,14 +6,20 @@
     program = arag.build_program("single-rag", retriever, k=5)
     print(program(question="Who wrote Hamlet?").answer)
     result = arag.evaluate(program, arag.load_examples("dev.jsonl"), out_dir="runs/dev", threads=8)
+    compiled = arag.compile(program, arag.load_examples("train.jsonl"), teleprompter="bootstrap")
+    arag.save(compiled, "single-rag.json"); program = arag.load("single-rag.json", retriever)
 """
 
 from arag.data import load_corpus, load_examples
 from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverError
 from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
+from arag.optimizers import compile, load_program, save_program, tune
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
 from arag.retrievers import Passage, open_retriever
+
+save = save_program
+load = load_program
 
 __all__ = [
     "PROGRAMS",
@@ -26,11 +32,17 @@ __all__ = [
     "RetrieverError",
     "build_lm",
     "build_program",
+    "compile",
     "evaluate",
     "field_logprobs",
     "get_program",
     "label_probabilities",
     "load_corpus",
+    "load",
     "load_examples",
+    "load_program",
     "open_retriever",
+    "save",
+    "save_program",
+    "tune",
 ]

@@ -10,6 +10,8 @@ from typing import Any
 import click
 import ujson
 
+from arag.cli_options import check_lm_server, given_params, lm_from_options, lm_options, retriever_options
+from arag.cli_optimize import compile_command, tune_command
 from arag.errors import AragError, ConfigError
 
 
@@ -73,24 +75,9 @@ def index_build(corpus: str, out_dir: str, kind: str) -> None:
     click.echo(f"built {kind} index at {path}")
 
 
-def lm_options(fn):
-    fn = click.option("--logprobs", is_flag=True,
-                      help="Ask the LM for token log-probabilities on every call (traces then carry answer confidence).")(fn)
-    fn = click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                      help="Environment variable holding the API key.")(fn)
-    fn = click.option("--api-base", envvar="ARAG_API_BASE", help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")(fn)
-    fn = click.option("--lm", "lm_spec", envvar="ARAG_LM", help="provider/model, e.g. openai/gpt-4o-mini (or set ARAG_LM).")(fn)
-    return fn
-
-
-def retriever_options(fn):
-    fn = click.option("--retriever", "retriever_spec", help="An index folder, bm25:DIR, or another retriever spec.")(fn)
-    fn = click.option("--corpus", type=click.Path(), help="Corpus file; its BM25 index is built on first use and reused.")(fn)
-    return fn
-
-
 @main.command("eval")
-@click.option("--program", "program_name", required=True, help="Program name (see `arag programs`).")
+@click.option("--program", "program_name", help="Program name (see `arag programs`); optional with --compiled.")
+@click.option("--compiled", type=click.Path(), help="A program saved by `arag compile` (its prompts, demos, parameters).")
 @click.option("--dataset", required=True, type=click.Path(), help="Dataset file (see the README for formats).")
 @click.option("--format", "fmt", default="auto", show_default=True, help="Dataset format.")
 @retriever_options
@@ -104,7 +91,7 @@ def retriever_options(fn):
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Examples run at once.")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
-def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, retriever_spec: str | None,
+def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None, retriever_spec: str | None,
                  lm_spec: str | None, api_base: str | None, api_key_env: str, logprobs: bool, param_pairs: tuple[str, ...],
                  params_file: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int,
                  out_dir: str) -> None:
@@ -114,40 +101,53 @@ def eval_command(program_name: str, dataset: str, fmt: str, corpus: str | None, 
     from arag.data import load_examples
     from arag.data.metrics import get_metric
     from arag.evaluate import evaluate
-    from arag.lm import build_lm
+    from arag.optimizers.saving import load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.adaptive_note import fair_top_k
-    from arag.programs.params import parse_assignments, resolve_params
+    from arag.programs.params import resolve_params
     from arag.retrievers import open_retriever
 
+    saved = read_compiled(compiled) if compiled else None
+    if saved and program_name and program_name != saved.program:
+        raise ConfigError(f"{compiled} holds a compiled {saved.program!r} program, not {program_name!r}")
+    program_name = program_name or (saved.program if saved else None)
+    if not program_name:
+        raise ConfigError("give --program NAME (see `arag programs`) or --compiled FILE")
     cls = get_program(program_name)
-    given = {**_read_params_file(params_file), **parse_assignments(param_pairs)}
+    given = given_params(params_file, param_pairs)
     if fair_k_from:
         given["k"] = fair_top_k(fair_k_from)
-    params = resolve_params(cls.params, given, program_name)
+    params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)
     for name in metrics:
         get_metric(name)
-    if not lm_spec:
-        raise ConfigError("no LM configured: pass --lm provider/model (with --api-base URL for a local "
-                          "OpenAI-compatible server such as vLLM or Ollama), or set ARAG_LM")
-    lm = build_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, logprobs=logprobs,
-                  top_logprobs=5 if logprobs else None)
+    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
     examples = load_examples(dataset, fmt=fmt, limit=limit)
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
-    program = build_program(program_name, retriever, **params)
+    if saved:
+        program = load_program(compiled, retriever, params=params)
+    else:
+        program = build_program(program_name, retriever, **params)
     run_info = {
+        "compiled": str(Path(compiled).resolve()) if compiled else None,
         "program": program_name,
         "params": program.config,
         "dataset": str(Path(dataset).resolve()),
         "retriever": retriever_spec or (str(Path(corpus).resolve()) if corpus else None),
         "lm": lm_spec,
     }
+    check_lm_server(api_base)
     with dspy.context(lm=lm):
         result = evaluate(program, examples, out_dir=out_dir, threads=threads, metrics=metrics or None,
                           run_info=run_info)
     summary = result.summary
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")
+    if summary["n_failed"]:
+        failed = [row for row in result.rows if "error" in row]
+        if len(failed) == summary["n"]:
+            raise AragError(f"every question failed; the last error: {failed[-1]['error'].splitlines()[0]}")
+        click.echo(f"{len(failed)} question(s) failed, their errors are in predictions.jsonl; rerun the same "
+                   "command to retry them", err=True)
 
 
 @main.command("export-grounding")
@@ -163,20 +163,8 @@ def export_grounding_command(run: str, out_path: str, only_correct: bool, metric
     click.echo(f"wrote {count} grounding examples to {out_path}")
 
 
-def _read_params_file(path: str | None) -> dict[str, Any]:
-    if path is None:
-        return {}
-    try:
-        data = ujson.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--params-file {path}: no such file") from None
-    except ValueError as exc:
-        raise ConfigError(f"--params-file {path}: not valid JSON ({exc})") from None
-    data = data.get("params", data) if isinstance(data, dict) else data
-    if not isinstance(data, dict):
-        raise ConfigError(f"--params-file {path}: expected a JSON object of parameters")
-    return data
-
+main.add_command(compile_command)
+main.add_command(tune_command)
 
 if __name__ == "__main__":
     main()

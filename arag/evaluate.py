@@ -166,7 +166,10 @@ class _RowStore:
 
     def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
         self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
         self.path = directory / PREDICTIONS
         self._check_run(run_info)
         self._drop_partial_last_line()

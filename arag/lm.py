@@ -11,11 +11,13 @@ import json
 import math
 import os
 import re
+import socket
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from json.decoder import scanstring
 from typing import Any
+from urllib.parse import urlsplit
 
 import dspy
 from dspy import lm15
@@ -81,6 +83,24 @@ def build_lm(
         return dspy.LM(model, temperature=temperature, max_tokens=max_tokens, cache=cache, **settings)
     except (ValueError, TypeError, LMConfigurationError) as exc:
         raise ConfigError(f"cannot build LM {model!r}: {exc}") from exc
+
+
+def check_server(api_base: str, timeout: float = 5.0) -> None:
+    """Fail fast when nothing listens at an OpenAI-compatible server's address: a ConfigError for a URL that
+    is not http(s)://HOST[:PORT]/..., an LMError when no connection can be opened (instead of every call
+    failing after DSPy's retries)."""
+    parts = urlsplit(api_base)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ConfigError(f"--api-base must be a URL such as http://127.0.0.1:8000/v1, got {api_base!r}")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        raise LMError(f"cannot reach the LM server at {api_base} ({exc.strerror or exc}): start it, or fix "
+                      "--api-base") from None
 
 
 def require_lm() -> dspy.BaseLM:

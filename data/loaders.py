@@ -37,6 +37,7 @@ _DATASET_PATTERNS = (
     ("asqa", re.compile(r"asqa")),
 )
 _PUBHEALTH_LABELS = {"true", "false", "mixture", "unproven"}
+MAX_QUESTION_CHARS = 10_000
 
 
 def load_examples(
@@ -171,6 +172,9 @@ def _example(fields: dict, where: str, index: int, path: Path, require_answers: 
     question = fields.get("question")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: missing or empty question")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise DataError(f"{where}: the question is {len(question):,} characters long, over the limit of "
+                        f"{MAX_QUESTION_CHARS:,} (is a document in the question field?)")
     answers = fields.get("answers")
     if answers is None or answers == []:
         if require_answers:

@@ -1,1 +1,8 @@
-"""arag.optimizers"""
+"""Optimizers: compile a program's prompts with DSPy teleprompters, save and load compiled programs,
+tune its declared parameters with Optuna, and calibrate CRAG's thresholds."""
+
+from arag.optimizers.compile import TELEPROMPTERS, compile
+from arag.optimizers.saving import load_program, save_program
+from arag.optimizers.tune import tune
+
+__all__ = ["TELEPROMPTERS", "compile", "load_program", "save_program", "tune"]

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Set up .venv with arag and its test dependencies on a fresh machine, then run the test suite.
+# Set up .venv with arag, its optional retrievers and its test dependencies on a fresh machine,
+# then run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+pip_install() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
+# The CPU build first: a plain `torch` requirement would pull gigabytes of CUDA packages.
+pip_install "torch==2.13.0"
+pip_install -e ".[test,dense,tune]"
+# A PostgreSQL server on loopback for the test of several tuning workers on one study (root with apt only).
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  ARAG_TEST_POSTGRES_URL="$(bash scripts/start-postgres.sh)" && export ARAG_TEST_POSTGRES_URL
+fi
 exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,171 @@
+"""`arag compile` and `arag tune`: optimise a program's prompts with a DSPy teleprompter, or its
+parameters with Optuna, taking the same data, retriever and LM options as `arag eval`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import ujson
+
+from arag.cli_options import check_lm_server, given_params, lm_from_options, lm_options, retriever_options
+from arag.errors import ConfigError
+
+
+@click.command("compile")
+@click.option("--program", "program_name", required=True, help="Program name (see `arag programs`).")
+@click.option("--trainset", required=True, type=click.Path(), help="Dataset the teleprompter learns from.")
+@click.option("--devset", type=click.Path(),
+              help="Validation set (bootstrap-rs, mipro and gepa score candidates on it).")
+@click.option("--format", "fmt", default="auto", show_default=True, help="Format of both dataset files.")
+@click.option("--teleprompter", default="bootstrap", show_default=True,
+              type=click.Choice(["bootstrap", "bootstrap-rs", "mipro", "gepa", "copro", "simba"]),
+              help="DSPy optimizer: BootstrapFewShot, ...WithRandomSearch, MIPROv2, GEPA, COPRO or SIMBA.")
+@click.option("--metric", help="Metric to optimise (default: the trainset's own first metric).")
+@click.option("--success-threshold", type=click.FloatRange(0, 1), default=1.0, show_default=True,
+              help="Score at which a bootstrapped example counts as a success (a demo worth keeping).")
+@click.option("--option", "option_pairs", multiple=True,
+              help="Teleprompter option key=value (repeatable; JSON values), "
+                   "e.g. max_bootstrapped_demos=2, auto=medium.")
+@retriever_options
+@lm_options
+@click.option("--prompt-lm", "prompt_lm_spec", help="provider/model proposing instructions (mipro, copro, simba) "
+                                                    "or reflecting (gepa), at temperature 1; default: the task LM.")
+@click.option("--prompt-api-base", help="Base URL for --prompt-lm (default: --api-base).")
+@click.option("--param", "param_pairs", multiple=True, help="Program parameter key=value (repeatable).")
+@click.option("--params-file", type=click.Path(), help="JSON file of program parameters (e.g. from `arag tune`).")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples of each dataset.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Examples run at once.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the teleprompters that sample.")
+@click.option("--out", "out_path", required=True, type=click.Path(), help="JSON file for the compiled program.")
+def compile_command(program_name: str, trainset: str, devset: str | None, fmt: str, teleprompter: str,
+                    metric: str | None, success_threshold: float, option_pairs: tuple[str, ...], corpus: str | None,
+                    retriever_spec: str | None, lm_spec: str | None, api_base: str | None, api_key_env: str,
+                    logprobs: bool, prompt_lm_spec: str | None, prompt_api_base: str | None,
+                    param_pairs: tuple[str, ...], params_file: str | None, limit: int | None, threads: int,
+                    seed: int, out_path: str) -> None:
+    """Compile a program's prompts against a dataset's metric and save it (see `arag eval --compiled`)."""
+    import inspect
+
+    import dspy
+
+    from arag.data import load_examples
+    from arag.data.metrics import default_metrics, get_metric
+    from arag.lm import build_lm
+    from arag.optimizers.compile import compile, parse_option_value
+    from arag.optimizers.saving import save_program
+    from arag.programs import build_program, get_program
+    from arag.programs.params import parse_assignments, resolve_params
+    from arag.retrievers import open_retriever
+
+    cls = get_program(program_name)
+    params = resolve_params(cls.params, given_params(params_file, param_pairs), program_name)
+    if metric:
+        get_metric(metric)
+    options = {key: parse_option_value(value) for key, value in parse_assignments(option_pairs).items()}
+    clash = sorted(set(options) & set(inspect.signature(compile).parameters))
+    if clash:
+        raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
+                          "--prompt-lm, --success-threshold, --threads, --seed)")
+    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
+    prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or api_base, api_key_env=api_key_env,
+                         temperature=1.0) if prompt_lm_spec else None
+    train = load_examples(trainset, fmt=fmt, limit=limit)
+    metric = metric or default_metrics(train[0])[0]
+    dev = load_examples(devset, fmt=fmt, limit=limit) if devset else None
+    retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
+    program = build_program(program_name, retriever, **params)
+    check_lm_server(api_base)
+    with dspy.context(lm=lm):
+        compiled = compile(program, train, dev, teleprompter=teleprompter, metric=metric, prompt_lm=prompt_lm,
+                           success_threshold=success_threshold, threads=threads, seed=seed, **options)
+    meta = {"teleprompter": teleprompter, "metric": metric, "options": options,
+            "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
+            "lm": lm_spec, "prompt_lm": prompt_lm_spec}
+    path = save_program(compiled, out_path, meta=meta)
+    demos = {name: len(predictor.demos) for name, predictor in compiled.named_predictors()}
+    click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "demos": demos}, indent=2))
+    click.echo(f"wrote {path}; evaluate it with `arag eval --compiled {path} ...`")
+
+
+@click.command("tune")
+@click.option("--program", "program_name", help="Program name (see `arag programs`); default: the --compiled one.")
+@click.option("--devset", required=True, type=click.Path(), help="Dataset the trials are scored on.")
+@click.option("--format", "fmt", default="auto", show_default=True, help="Dataset format.")
+@click.option("--trials", required=True, type=click.IntRange(min=1),
+              help="Finished (complete or pruned) trials the study should hold in total; a rerun continues up to it.")
+@click.option("--objective", "objectives", multiple=True,
+              help="Metric to maximise or cost per question to minimise (lm_calls, tokens, retrieval_calls, ...); "
+                   "repeat for a multi-objective study. Default: f1.")
+@click.option("--storage", help="SQLAlchemy URL of the study (default: sqlite in --out); PostgreSQL lets "
+                                "several workers share one study.")
+@click.option("--study", "study_name", help="Study name (default: program and objectives).")
+@click.option("--n-jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trials run at once in this process.")
+@click.option("--compiled", type=click.Path(), help="Compiled program file whose prompts every trial keeps.")
+@click.option("--param", "param_pairs", multiple=True,
+              help="Fixed program parameter key=value, not searched (repeatable).")
+@click.option("--params-file", type=click.Path(), help="JSON file of fixed program parameters.")
+@click.option("--search", "search_names", multiple=True,
+              help="Search only these parameters (repeatable; default: all tunable).")
+@click.option("--range", "range_pairs", multiple=True,
+              help="Narrow a numeric search range: name=LOW:HIGH (repeatable).")
+@click.option("--chunk-size", type=click.IntRange(min=1),
+              help="Examples between pruning checks (default: a quarter of the set).")
+@click.option("--pruner", type=click.Choice(["median", "hyperband", "none"]), default="median", show_default=True,
+              help="Stops unpromising trials early (single objective only).")
+@click.option("--seed", type=int, help="Sampler seed (give each worker of a shared study its own).")
+@click.option("--no-plots", is_flag=True, help="Skip the HTML and PNG plots.")
+@retriever_options
+@lm_options
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Examples run at once per trial.")
+@click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to continue).")
+def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, objectives: tuple[str, ...],
+                 storage: str | None, study_name: str | None, n_jobs: int, compiled: str | None,
+                 param_pairs: tuple[str, ...], params_file: str | None, search_names: tuple[str, ...],
+                 range_pairs: tuple[str, ...], chunk_size: int | None, pruner: str, seed: int | None, no_plots: bool,
+                 corpus: str | None, retriever_spec: str | None, lm_spec: str | None, api_base: str | None,
+                 api_key_env: str, logprobs: bool, limit: int | None, threads: int, out_dir: str) -> None:
+    """Tune a program's declared parameters with Optuna; write best_params.json (or the Pareto front),
+    trials.csv, study.json and plots to --out."""
+    import optuna
+
+    from arag.data import load_examples
+    from arag.optimizers.saving import read_compiled
+    from arag.optimizers.tune import parse_objectives, search_space, tune
+    from arag.programs import get_program
+    from arag.programs.params import parse_assignments
+    from arag.retrievers import open_retriever
+
+    if not program_name:
+        if not compiled:
+            raise ConfigError("give --program NAME (or --compiled FILE)")
+        program_name = read_compiled(compiled).program
+    cls = get_program(program_name)
+    fixed = given_params(params_file, param_pairs)
+    ranges = {name: tuple(value.split(":")) for name, value in parse_assignments(range_pairs).items()}
+    parse_objectives(objectives or ("f1",))
+    search_space(program_name, fixed=fixed, search=search_names or None, ranges=ranges)
+    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
+    examples = load_examples(devset, fmt=fmt, limit=limit)
+    retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
+    check_lm_server(api_base)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    result = tune(program_name, examples, retriever, trials=trials, out_dir=out_dir, objectives=objectives or ("f1",),
+                  storage=storage, study_name=study_name, n_jobs=n_jobs, compiled=compiled, chunk_size=chunk_size,
+                  pruner=pruner, seed=seed, threads=threads, fixed=fixed, search=search_names or None, ranges=ranges,
+                  lm=lm, plots=not no_plots)
+    cost = {k: v for k, v in result.cost.items() if k != "per_trial"}
+    shown = {"study": result.study.study_name, "storage": result.storage, "this_worker_ran": len(result.ran),
+             "cost": cost}
+    shown.update({"best": result.best} if len(result.objectives) == 1 else {"pareto_front": result.pareto})
+    click.echo(ujson.dumps(shown, indent=2))
+    for name, reason in result.skipped_plots.items():
+        click.echo(f"plot {name} skipped: {reason}", err=True)
+    if "best_params" in result.files:
+        pick = (f"{Path(out_dir) / 'pareto'}/trial-N.json for the point you pick, or " if result.pareto else "")
+        click.echo(f"wrote {out_dir}; evaluate with `arag eval --params-file {pick}{result.files['best_params']}`")
+    else:
+        click.echo(f"wrote {out_dir}; no trial completed yet")

@@ -1,0 +1,261 @@
+"""Tuning with Optuna: finding a known optimum, pruning, Pareto fronts, resuming, cache-aware cost."""
+
+import csv
+import json
+import warnings
+
+import dspy
+import optuna
+import pytest
+import ujson
+from click.testing import CliRunner
+
+from arag.cli import main
+from arag.cli_optimize import compile_command, tune_command
+from arag.data import load_corpus, load_examples, sample_paths
+from arag.errors import AragError, ConfigError
+from arag.optimizers.compile import compile
+from arag.optimizers.saving import save_program
+from arag.optimizers.tune import search_space, tune
+from arag.programs import build_program
+from arag.retrievers import BM25Retriever
+from arag.testing import Faults, OpenAICompatibleServer, scripted_lm
+
+for command in (compile_command, tune_command):
+    if command.name not in main.commands:
+        main.add_command(command)
+
+QUESTIONS, CORPUS = sample_paths()
+EXAMPLES = load_examples(QUESTIONS)
+BY_QUESTION = {e.question: e for e in EXAMPLES}
+MOST_PASSAGES_READ = 6
+SEARCH = {"ranges": {"k": (1, 12)}, "fixed": {"reasoning": "direct"}}
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    return BM25Retriever.build(load_corpus(CORPUS), tmp_path_factory.mktemp("idx") / "bm25")
+
+
+def answers_when_the_evidence_fits(call):
+    """Right when every supporting passage is among those given and there are at most 6 of them
+    (more distract it): accuracy rises with k while evidence arrives, then falls to 0 past 6."""
+    example = BY_QUESTION[call.inputs["question"]]
+    passages = json.loads(call.inputs["passages"])
+    titles = {p.split("] ", 1)[1].split(" | ")[0] for p in passages}
+    right = set(example.supporting_titles) <= titles and len(passages) <= MOST_PASSAGES_READ
+    return {f: (example.answers[0] if right else "unknown") if f == "answer" else "." for f in call.output_fields}
+
+
+def expected_em(retriever, examples, k):
+    """The same rule computed from the retriever's ranking, without the program or the LM."""
+    hits = [set(e.supporting_titles) <= {p.title for p in retriever.retrieve(e.question, k)} and k <= MOST_PASSAGES_READ
+            for e in examples]
+    return sum(hits) / len(examples)
+
+
+def trial_rows(out):
+    with open(out / "trials.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_arag_tune_finds_the_known_best_k_within_its_trial_budget(retriever, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
+    curve = {k: expected_em(retriever, EXAMPLES, k) for k in range(1, 13)}
+    best_em = max(curve.values())
+    best_region = {k for k, em in curve.items() if em == best_em}
+    assert best_region == {5, 6} and curve[7] == 0.0  # the shape this test relies on
+    out = tmp_path / "tune"
+    with OpenAICompatibleServer(answers_when_the_evidence_fits) as server:
+        common = ["--corpus", str(CORPUS), "--lm", "openai/loopback-tune", "--api-base", server.url]
+        result = CliRunner().invoke(main, [
+            "tune", "--program", "single-rag", "--devset", str(QUESTIONS), *common, "--objective", "em",
+            "--param", "reasoning=direct", "--range", "k=1:12", "--trials", "14", "--seed", "0", "--no-plots",
+            "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        best = ujson.loads((out / "best_params.json").read_text())
+        assert best["params"]["k"] in best_region and best["values"]["em"] == pytest.approx(best_em)
+        rows = trial_rows(out)
+        assert len(rows) == 14 and {r["state"] for r in rows} <= {"complete", "pruned"}
+        for row in rows:
+            if row["state"] == "complete":
+                assert float(row["em"]) == pytest.approx(curve[int(row["k"])])
+
+        checked = CliRunner().invoke(main, [
+            "eval", "--program", "single-rag", "--dataset", str(QUESTIONS), *common,
+            "--params-file", str(out / "best_params.json"), "--out", str(tmp_path / "eval")])
+        assert checked.exit_code == 0, checked.output
+    summary = ujson.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["params"] == best["params"] and summary["metrics"]["em"] == pytest.approx(best_em)
+
+
+def test_the_median_pruner_stops_bad_trials_after_their_first_chunk(retriever, tmp_path):
+    devset = EXAMPLES[:12]
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    result = tune("single-rag", devset, retriever, trials=12, out_dir=tmp_path, objectives=("em",), chunk_size=4,
+                  seed=1, lm=lm, plots=False, **SEARCH)
+    rows = trial_rows(tmp_path)
+    pruned = [r for r in rows if r["state"] == "pruned"]
+    assert pruned, "no trial was pruned"
+    for row in pruned:
+        assert int(row["examples"]) < len(devset) and int(row["lm_calls_spent"]) < len(devset)
+        trial = result.study.trials[int(row["trial"])]
+        assert max(trial.intermediate_values) < len(devset)
+    assert sum(int(r["lm_calls_spent"]) for r in rows) == lm.engine.count
+
+
+def test_two_objectives_give_the_pareto_front_of_quality_against_tokens(retriever, tmp_path):
+    devset = EXAMPLES[:12]
+    result = tune("single-rag", devset, retriever, trials=12, out_dir=tmp_path, objectives=("em", "tokens"),
+                  seed=2, lm=scripted_lm(answers_when_the_evidence_fits), plots=False, **SEARCH)
+    states = {t.state for t in result.study.trials}
+    assert states == {optuna.trial.TrialState.COMPLETE}, "multi-objective trials are never pruned"
+    front = result.pareto
+    assert front and [p["values"]["em"] for p in front] == sorted((p["values"]["em"] for p in front), reverse=True)
+    ks = [p["params"]["k"] for p in front]
+    assert ks == sorted(ks, reverse=True) and max(ks) <= 5, "k=6 and above are dominated by a smaller k"
+    for point in front:
+        assert point["values"]["em"] == pytest.approx(expected_em(retriever, devset, point["params"]["k"]))
+        saved = ujson.loads((tmp_path / "pareto" / f"trial-{point['trial']}.json").read_text())
+        assert saved["params"] == point["params"]
+    assert ujson.loads((tmp_path / "best_params.json").read_text()) == front[0]
+
+
+def test_cached_calls_are_not_spent_again_and_still_count_as_cost(retriever, tmp_path):
+    devset = EXAMPLES[:8]
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    result = tune("single-rag", devset, retriever, trials=6, out_dir=tmp_path, objectives=("em", "lm_calls", "tokens"),
+                  seed=3, lm=lm, plots=False, ranges={"k": (3, 4)}, fixed={"reasoning": "direct"})
+    rows = trial_rows(tmp_path)
+    distinct_k = {r["k"] for r in rows}
+    assert len(rows) == 6 and len(distinct_k) == 2
+    assert lm.engine.count == len(distinct_k) * len(devset)
+    assert sum(int(r["lm_calls_spent"]) for r in rows) == lm.engine.count
+    for k in distinct_k:
+        same = [r for r in rows if r["k"] == k]
+        assert max(int(r["lm_calls_spent"]) for r in same) == len(devset)
+        assert {r["tokens"] for r in same} == {same[0]["tokens"]} and {r["lm_calls"] for r in same} == {"1.0"}
+        assert {r["total_lm_calls"] for r in same} == {str(len(devset))}
+    cost = result.cost
+    assert cost["trials"] == 6 and cost["one_pass_lm_calls"] == len(devset)
+    assert cost["lm_calls_spent"] == lm.engine.count and cost["passes_spent"] == 2.0
+    assert cost["spent_over_trials_x_one_pass"] == pytest.approx(2 / 6)
+
+
+def test_a_rerun_continues_the_study_to_its_total_and_refuses_other_settings(retriever, tmp_path):
+    devset = EXAMPLES[:4]
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    common = {"out_dir": tmp_path, "objectives": ("em",), "lm": lm, "plots": False, **SEARCH}
+    first = tune("single-rag", devset, retriever, trials=3, seed=4, **common)
+    second = tune("single-rag", devset, retriever, trials=5, seed=5, **common)
+    third = tune("single-rag", devset, retriever, trials=5, seed=6, **common)
+    assert (first.ran, second.ran, third.ran) == ([0, 1, 2], [3, 4], [])
+    assert len(third.study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))) == 5
+    with pytest.raises(ConfigError, match=r"other settings \(devset\)"):
+        tune("single-rag", EXAMPLES[:5], retriever, trials=6, study_name="single-rag-em", **common)
+    with pytest.raises(ConfigError, match=r"other settings \(space\)"):
+        tune("single-rag", devset, retriever, trials=6, study_name="single-rag-em",
+             **{**common, "ranges": {"k": (2, 12)}})
+
+
+def test_a_trial_asked_for_after_other_workers_took_the_budget_is_never_run(retriever, tmp_path):
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    common = {"out_dir": tmp_path, "objectives": ("em",), "lm": lm, "plots": False, **SEARCH}
+    first = tune("single-rag", EXAMPLES[:4], retriever, trials=2, seed=9, **common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        elsewhere = first.study.ask()  # another worker's trial, still running
+    calls = lm.engine.count
+    late = tune("single-rag", EXAMPLES[:4], retriever, trials=3, seed=10, **common)
+    assert late.ran == [] and lm.engine.count == calls
+    surplus = late.study.trials[-1]
+    assert surplus.number > elsewhere.number and surplus.state == optuna.trial.TrialState.FAIL
+    assert surplus.user_attrs["arag"]["note"] == "over budget: not run"
+    assert trial_rows(tmp_path)[-1]["note"] == "over budget: not run"
+
+
+def test_a_trial_whose_every_question_fails_stops_the_study(retriever, tmp_path):
+    lm = scripted_lm(answers_when_the_evidence_fits, faults=Faults(unparseable=1.0))
+    with pytest.raises(AragError, match="trial 0: every question failed .* the last error: AdapterParseError"):
+        tune("single-rag", EXAMPLES[:3], retriever, trials=4, out_dir=tmp_path, objectives=("em",), lm=lm,
+             plots=False, **SEARCH)
+    study = optuna.load_study(study_name="single-rag-em", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
+
+
+def test_worker_threads_share_one_study_and_stop_at_its_total(retriever, tmp_path):
+    lm = scripted_lm(answers_when_the_evidence_fits, latency=0.002)
+    result = tune("single-rag", EXAMPLES[:6], retriever, trials=8, n_jobs=3, threads=2, out_dir=tmp_path,
+                  objectives=("f1",), seed=7, lm=lm, plots=False, pruner="none", **SEARCH)
+    finished = result.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+    assert len(finished) == 8 == len(result.ran)
+    assert sorted(t.number for t in finished) == result.ran
+    assert result.cost["lm_calls_spent"] == lm.engine.count
+
+
+def test_trials_of_a_compiled_program_keep_its_prompts(retriever, tmp_path):
+    with dspy.context(lm=scripted_lm(answers_when_the_evidence_fits)):
+        compiled = compile(build_program("single-rag", retriever, reasoning="direct"), EXAMPLES[:4],
+                           max_bootstrapped_demos=0, max_labeled_demos=2)
+    path = save_program(compiled, tmp_path / "compiled.json")
+    demo_questions = {demo["question"] for demo in compiled.generate_answer.demos}
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    result = tune("single-rag", EXAMPLES[4:8], retriever, trials=3, out_dir=tmp_path / "tune", compiled=path,
+                  objectives=("em",), seed=11, lm=lm, plots=False, ranges={"k": (2, 6)})
+    assert len(result.ran) == 3 and len(demo_questions) == 2
+    assert all(all(q in call.prompt for q in demo_questions) for call in lm.engine.calls)
+    assert result.best["params"]["reasoning"] == "direct"
+    with pytest.raises(ConfigError, match="holds a compiled 'single-rag' program, not 'adaptive-note'"):
+        tune("adaptive-note", EXAMPLES[4:8], retriever, trials=1, out_dir=tmp_path / "other", compiled=path, lm=lm)
+
+
+def test_plots_are_written_as_html_and_png(retriever, tmp_path):
+    pytest.importorskip("plotly")
+    pytest.importorskip("matplotlib")
+    result = tune("single-rag", EXAMPLES[:4], retriever, trials=4, out_dir=tmp_path, objectives=("em", "lm_calls"),
+                  seed=8, lm=scripted_lm(answers_when_the_evidence_fits), **SEARCH)
+    for name in ("history-em", "importances-em", "slice-em", "retrieval-rate-em", "history-lm_calls", "pareto"):
+        assert (tmp_path / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
+        assert "plotly" in (tmp_path / "plots" / f"{name}.html").read_text(), name
+    assert "retrieval-rate-lm_calls" not in result.files and not result.skipped_plots
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"objectives": ("accuracy",)}, "unknown objective 'accuracy'"),
+    ({"objectives": ("em", "em")}, "objectives must differ"),
+    ({"search": ["k"], "fixed": {"k": 3}}, r"parameter\(s\) k are both searched and fixed"),
+    ({"ranges": {"k": (0, 5)}}, "parameter 'k' must be in"),
+    ({"ranges": {"reasoning": ("cot", "direct")}}, "--range reasoning: the parameter is not searched"),
+    ({"search": ["reasoning"], "ranges": {"reasoning": ("cot", "direct")}}, "only numeric parameters take a range"),
+    ({"fixed": {"k": 3}}, "single-rag has no parameter left to tune"),
+    ({"storage": "not a url"}, "is not a database URL"),
+    ({"pruner": "percentile"}, "unknown pruner"),
+    ({"trials": 0}, "trials must be a positive integer"),
+])
+def test_bad_tune_requests_raise_clear_errors(retriever, tmp_path, kwargs, message):
+    arguments = {"trials": 2, "out_dir": tmp_path, "lm": scripted_lm(answers_when_the_evidence_fits), **kwargs}
+    with pytest.raises(ConfigError, match=message):
+        tune("single-rag", EXAMPLES[:2], retriever, **arguments)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--program", "no-retrieval"], "no-retrieval has no parameter left to tune"),
+    (["--objective", "recall"], "unknown objective 'recall'"),
+    (["--range", "k=9"], "--range k: give LOW:HIGH"),
+    (["--lm", ""], "no LM configured"),
+])
+def test_arag_tune_reports_bad_input_in_one_line(tmp_path, arguments, message):
+    argv = ["tune", "--program", "single-rag", "--devset", str(QUESTIONS), "--corpus", str(CORPUS), "--trials", "2",
+            "--lm", "openai/unused", "--api-base", "http://127.0.0.1:9/v1", "--out", str(tmp_path), *arguments]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2 and f"error: {message}" in result.output
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_the_search_space_is_every_declared_tunable_parameter():
+    assert [p.name for p in search_space("adaptive-note")] == ["t_iu", "t_ci", "t_rp", "k", "query_with_question"]
+    assert [p.name for p in search_space("genground", fixed={"k": 5})] == ["batch_size", "max_hops"]
+    narrowed = search_space("adaptive-note", search=["t_ci"], ranges={"t_ci": ("2", "4")})
+    assert [(p.name, p.low, p.high) for p in narrowed] == [("t_ci", 2, 4)]
+    with pytest.raises(ConfigError, match="no-retrieval has no parameter left to tune"):
+        search_space("no-retrieval")
