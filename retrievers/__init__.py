@@ -6,6 +6,12 @@ from arag.retrievers.base import MAX_K, BaseRetriever, Passage, Retriever, check
 
 _LAZY_EXPORTS = {
     "BM25Retriever": "arag.retrievers.bm25",
+    "ColBERTRetriever": "arag.retrievers.colbert",
+    "make_test_checkpoint": "arag.retrievers.colbert",
+    "ColBERTv2Retriever": "arag.retrievers.colbert_http",
+    "SearchServer": "arag.retrievers.colbert_http",
+    "serve": "arag.retrievers.colbert_http",
+    "DenseRetriever": "arag.retrievers.dense",
     "INDEX_KINDS": "arag.retrievers.index",
     "build_index": "arag.retrievers.index",
     "index_cache_root": "arag.retrievers.index",
@@ -19,21 +25,27 @@ __all__ = [
     "MAX_K",
     "BM25Retriever",
     "BaseRetriever",
+    "ColBERTRetriever",
+    "ColBERTv2Retriever",
+    "DenseRetriever",
     "Passage",
     "Retriever",
+    "SearchServer",
     "build_index",
     "check_k",
     "dedup",
     "format_passages",
     "index_cache_root",
     "index_for_corpus",
+    "make_test_checkpoint",
     "open_index",
     "open_retriever",
+    "serve",
 ]
 
 
 def __getattr__(name: str):
-    """Imports bm25s (and numba) only when an index name is first used, keeping `import arag` fast."""
+    """Imports an implementation on first use of its name (torch and colbert-ai only when their retriever is used)."""
     if name not in _LAZY_EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_LAZY_EXPORTS[name]), name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -11,9 +10,15 @@ import bm25s
 
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.retrievers.base import BaseRetriever, Passage, check_k
-from arag.retrievers.manifest import read_manifest, staged_directory, write_manifest
+from arag.retrievers.manifest import (
+    PASSAGES_FILE,
+    read_manifest,
+    read_records,
+    staged_directory,
+    write_manifest,
+    write_records,
+)
 
-PASSAGES_FILE = "passages.jsonl"
 SCORE_ARRAYS = ("data", "indices", "indptr")
 
 
@@ -116,7 +121,7 @@ class BM25Retriever(BaseRetriever):
             engine = bm25s.BM25(k1=k1, b=b, method="lucene", backend="numpy")
             engine.index(tokens, show_progress=False)
             engine.save(staging, show_progress=False)
-            _write_records(staging / PASSAGES_FILE, records)
+            write_records(staging / PASSAGES_FILE, records)
             write_manifest(
                 staging,
                 kind=cls.kind,
@@ -145,7 +150,7 @@ class BM25Retriever(BaseRetriever):
             raise RetrieverError(f"{index_dir}: corrupt manifest (no tokenizer settings)")
         try:
             engine = bm25s.BM25.load(index_dir, mmap=mmap, backend=engine_backend(manifest.get("n_passages", 0)), show_progress=False)
-            records = _read_records(index_dir / PASSAGES_FILE)
+            records = read_records(index_dir / PASSAGES_FILE)
         except (OSError, ValueError, TypeError) as exc:
             raise RetrieverError(f"{index_dir}: damaged BM25 index ({exc})") from None
         if not len(records) == engine.scores["num_docs"] == manifest.get("n_passages"):
@@ -200,12 +205,3 @@ class BM25Retriever(BaseRetriever):
             any_token = next(iter(self._engine.vocab_dict.values()))
             self._engine.retrieve([[any_token]], k=1, show_progress=False)
 
-
-def _write_records(path: Path, records: list[tuple[str, str, str]]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-
-
-def _read_records(path: Path) -> list[tuple[str, str, str]]:
-    with open(path, encoding="utf-8") as handle:
-        return [tuple(json.loads(line)) for line in handle]

@@ -13,21 +13,30 @@ from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.retrievers.base import Passage, Retriever
 from arag.retrievers.bm25 import BM25Retriever
+from arag.retrievers.colbert import ColBERTRetriever
+from arag.retrievers.colbert_http import ColBERTv2Retriever
+from arag.retrievers.dense import DenseRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
 
 logger = logging.getLogger("arag")
 
-INDEX_KINDS: dict[str, type] = {BM25Retriever.kind: BM25Retriever}
+INDEX_KINDS: dict[str, type] = {cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever)}
 """Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
 and `load(dir)`."""
 
-SPEC_FORMS = "bm25:DIR, or DIR (a folder holding an arag index)"
+SPEC_FORMS = (
+    "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
+    "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
+)
 
 
 def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kind: str = "bm25", **options) -> Path:
     """Indexes a corpus file (or passages) into `out_dir`, which must not hold anything yet; returns `out_dir`."""
     index_class = _index_class(kind)
     _check_options(index_class, options)
+    missing = [name for name in _required_options(index_class) if options.get(name) is None]
+    if missing:
+        raise ConfigError(f"a {index_class.label} index needs {', '.join(missing)} (e.g. --{missing[0]} PATH)")
     if isinstance(corpus, (str, os.PathLike)):
         passages, digest = load_corpus(corpus), file_sha256(corpus)
     else:
@@ -52,12 +61,20 @@ def index_cache_root() -> Path:
 
 
 def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
-    """The retriever over a corpus file, indexed on first use and reused while the file's content is unchanged.
+    """The retriever over a corpus file, indexed on first use (with default options) and reused while the
+    file's content is unchanged.
 
     The cache is keyed by the SHA-256 of the file's bytes. Processes racing on the first use do not
     corrupt it: each builds in its own staging folder, one rename wins and the others load its index.
+    Kinds that need an option without a default (ColBERT's checkpoint) are built with `build_index`.
     """
     index_class = _index_class(kind)
+    required = _required_options(index_class)
+    if required:
+        raise ConfigError(
+            f"{index_class.label} indexes need {', '.join(required)}: build one with "
+            f"`arag index build --kind {kind} --{required[0]} ...` and pass its folder"
+        )
     digest = file_sha256(corpus_path)
     index_dir = index_cache_root() / kind / digest
     if not (index_dir / MANIFEST_NAME).is_file():
@@ -77,11 +94,14 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
 
 
 def open_retriever(spec: str | None = None, *, corpus: str | Path | None = None) -> Retriever:
-    """The retriever a spec names (`bm25:DIR` or an index folder), else the cached index of `corpus`.
+    """The retriever a spec names (`KIND:DIR`, an index folder, or a ColBERTv2 server URL), else the
+    cached BM25 index of `corpus`.
 
     `spec` wins when both are given.
     """
     if spec:
+        if spec.startswith(("http://", "https://")):
+            return ColBERTv2Retriever(spec)
         kind, colon, location = spec.partition(":")
         if colon and kind in INDEX_KINDS:
             return INDEX_KINDS[kind].load(Path(location).expanduser())
@@ -113,6 +133,14 @@ def _index_class(kind: str) -> type:
     if kind not in INDEX_KINDS:
         raise ConfigError(f"unknown index kind {kind!r}; known: {_known_kinds()}")
     return INDEX_KINDS[kind]
+
+
+def _required_options(index_class: type) -> list[str]:
+    return [
+        name
+        for name, parameter in inspect.signature(index_class.write_index).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY and parameter.default is inspect.Parameter.empty
+    ]
 
 
 def _check_options(index_class: type, options: dict) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from arag.errors import RetrieverError
 
 MANIFEST_NAME = "arag-index.json"
+PASSAGES_FILE = "passages.jsonl"
 
 
 class IndexExistsError(RetrieverError):
@@ -71,3 +72,15 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_records(path: Path, records: list[tuple[str, str, str]]) -> None:
+    """The passages of an index, one `[id, title, text]` JSON list per line."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+
+
+def read_records(path: Path) -> list[tuple[str, str, str]]:
+    """The passages written by `write_records`, in order."""
+    with open(path, encoding="utf-8") as handle:
+        return [tuple(json.loads(line)) for line in handle]

@@ -159,7 +159,7 @@ def test_build_killed_midway_leaves_no_loadable_index(tmp_path, monkeypatch):
     (tmp_path / ".index.building-999-deadbeef").mkdir()  # what a SIGKILLed build leaves behind
     (tmp_path / ".index.building-999-deadbeef" / MANIFEST_NAME).write_text('{"kind": "bm25"}')
     with monkeypatch.context() as patch:
-        patch.setattr(bm25_module, "_write_records", write_half_then_die)
+        patch.setattr(bm25_module, "write_records", write_half_then_die)
         with pytest.raises(KeyboardInterrupt):
             BM25Retriever.build(PASSAGES, out_dir)
     assert not out_dir.exists()

@@ -133,3 +133,34 @@ def test_a_killed_eval_resumes_to_the_same_rows(tmp_path):
     assert rows(killed) == rows(tmp_path / "whole")
     assert len(rows(killed)) == 24
     assert ujson.loads((killed / "summary.json").read_text())["complete"] is True
+
+
+def test_serve_answers_dspy_colbertv2_with_the_index_passages(tmp_path):
+    import socket
+
+    import dspy
+
+    from arag.retrievers import open_index
+
+    _, corpus = sample_paths()
+    assert run_cli("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "idx")).exit_code == 0
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "arag.cli", "serve", "--index", str(tmp_path / "idx"),
+                               "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        query = "Which river flows through the capital of France?"
+        served = dspy.ColBERTv2(url=f"http://127.0.0.1:{port}/api/search")(query, k=4)
+        direct = open_index(tmp_path / "idx").retrieve(query, 4)
+        assert [hit["long_text"] for hit in served] == [p.long_text for p in direct]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,326 @@
+"""The ColBERTv2 HTTP search protocol (that of `dspy.ColBERTv2` and colbert-ai's server): a client and a server.
+
+Request: GET `<url>?query=...&k=...`, or POST `<url>` with the JSON object `{"query": ..., "k": ...}`.
+Answer: `{"query": ..., "topk": [{"text", "long_text", "pid", "rank", "score", "prob"}, ...]}`, best
+first, where `text` and `long_text` are `Title | text`, `rank` counts from 1 and `prob` is the
+softmax of the scores over the answer. This server also sends each passage's arag `id` and
+`title` (extra keys; clients of the protocol ignore them) so that arag clients get back exactly
+the passages of a direct search. Errors come as `{"error": <kind>, "message": ...}` with a 4xx/5xx status.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import math
+import os
+import socket
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import requests
+
+from arag.errors import AragError, ConfigError, RetrieverError
+from arag.retrievers.base import MAX_K, BaseRetriever, Passage, Retriever
+
+logger = logging.getLogger("arag")
+
+SEARCH_PATH = "/api/search"
+DEFAULT_PORT = 8893
+DEFAULT_K = 10
+MAX_QUERY_CHARS = 4_000
+MAX_BODY_BYTES = 64 * 1024
+TITLE_SEPARATOR = " | "
+
+
+class ColBERTv2Retriever(BaseRetriever):
+    """An arag retriever over any server of the ColBERTv2 protocol: `arag serve`, colbert-ai's server, public ones.
+
+    `url` is the search endpoint (e.g. `http://127.0.0.1:8893/api/search`); a bare `http://host:port`
+    means `/api/search` there. Passages from servers that send no arag `id`/`title` get the `pid`
+    as id and the title read from the `Title | text` form.
+    """
+
+    def __init__(self, url: str, *, post: bool = False, timeout: float = 30.0):
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"ColBERTv2 server URL must be http(s)://host[:port]/path, got {url!r}")
+        if parts.path in ("", "/"):
+            parts = parts._replace(path=SEARCH_PATH)
+        self.url = urlunsplit(parts)
+        self.post = post
+        self.timeout = timeout
+        self._sessions = threading.local()
+
+    def __repr__(self) -> str:
+        return f"ColBERTv2Retriever({self.url!r}{', post=True' if self.post else ''})"
+
+    def _search(self, query: str, k: int) -> list[Passage]:
+        session = self._session()
+        try:
+            if self.post:
+                response = session.post(self.url, json={"query": query, "k": k}, timeout=self.timeout)
+            else:
+                response = session.get(self.url, params={"query": query, "k": k}, timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise RetrieverError(f"ColBERTv2 server {self.url} did not answer: {exc}") from None
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if not response.ok or not isinstance(answer, dict) or answer.get("error"):
+            message = answer.get("message") if isinstance(answer, dict) else None
+            raise RetrieverError(
+                f"ColBERTv2 server {self.url} answered {response.status_code}: "
+                f"{message or response.text[:200] or response.reason}"
+            )
+        topk = answer.get("topk")
+        if not isinstance(topk, list):
+            raise RetrieverError(f"ColBERTv2 server {self.url} sent no 'topk' list: {str(answer)[:200]}")
+        try:
+            return [_passage_from_hit(hit) for hit in topk[:k]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RetrieverError(f"ColBERTv2 server {self.url} sent a malformed passage ({exc!r})") from None
+
+    def _session(self) -> requests.Session:
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = self._sessions.session = requests.Session()
+        return session
+
+
+def _passage_from_hit(hit: dict) -> Passage:
+    long_text = hit.get("long_text") or hit["text"]
+    if "id" in hit and "title" in hit:
+        title = hit["title"]
+        prefix = f"{title}{TITLE_SEPARATOR}" if title else ""
+        text = long_text.removeprefix(prefix)
+        return Passage(id=str(hit["id"]), title=title, text=text, score=float(hit.get("score", 0.0)))
+    title, separator, text = long_text.partition(TITLE_SEPARATOR)
+    if not separator:
+        title, text = "", long_text
+    return Passage(id=str(hit["pid"]), title=title, text=text, score=float(hit.get("score", 0.0)))
+
+
+def search_answer(retriever: Retriever, query: str, k: int) -> dict:
+    """The protocol's answer object for `query`: the retriever's top-k passages with ranks and softmax probabilities."""
+    passages = retriever.retrieve(query, k)
+    top = max((p.score for p in passages), default=0.0)
+    weights = [math.exp(p.score - top) for p in passages]
+    total = sum(weights)
+    return {
+        "query": query,
+        "topk": [
+            {
+                "text": passage.long_text,
+                "long_text": passage.long_text,
+                "pid": _protocol_pid(passage.id),
+                "rank": rank,
+                "score": passage.score,
+                "prob": weight / total,
+                "id": passage.id,
+                "title": passage.title,
+            }
+            for rank, (passage, weight) in enumerate(zip(passages, weights), 1)
+        ],
+    }
+
+
+def _protocol_pid(passage_id: str) -> int | str:
+    """colbert-ai's servers send integer pids: an id that is an integer goes as one, any other id as it is."""
+    return int(passage_id) if passage_id.isdecimal() and str(int(passage_id)) == passage_id else passage_id
+
+
+class SearchServer:
+    """Serves one retriever over the ColBERTv2 protocol at `/api/search`, one thread per request.
+
+    `port=0` picks a free port (see `.url`). Use `serve_forever()` in the foreground, or `start()`
+    / `close()` (or `with SearchServer(...) as server:`) to run it on a background thread.
+    """
+
+    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = DEFAULT_PORT):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigError(f"port must be an integer in [0, 65535], got {port!r}")
+        self.retriever = retriever
+        try:
+            self._httpd = _HTTPServer((host, port), _SearchHandler)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._httpd.retriever = retriever
+        self._thread: threading.Thread | None = None
+        if not _is_loopback(host):
+            logger.warning(
+                "serving %s on %s: any machine that reaches it can search, without authentication", retriever, host
+            )
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        host = f"[{host}]" if ":" in host else host
+        return f"http://{host}:{port}{SEARCH_PATH}"
+
+    def serve_forever(self) -> None:
+        """Answers requests until interrupted (Ctrl-C) or `close()`d from another thread."""
+        try:
+            self._httpd.serve_forever()
+        finally:
+            self._httpd.server_close()
+
+    def start(self) -> SearchServer:
+        """Answers requests on a background thread."""
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="arag-search-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> SearchServer:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def serve(index: str | os.PathLike | Retriever, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
+    """Serves an index folder, retriever spec (`bm25:DIR`, `colbert:DIR`, ...) or retriever until interrupted."""
+    if isinstance(index, (str, os.PathLike)):
+        from arag.retrievers.index import open_retriever
+
+        index = open_retriever(os.fspath(index))
+    server = SearchServer(index, host=host, port=port)
+    logger.info("serving %s at %s (Ctrl-C stops)", index, server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        logger.info("stopped")
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    retriever: Retriever
+
+    def __init__(self, address, handler):
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
+
+class _RequestError(Exception):
+    def __init__(self, status: HTTPStatus, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+class _SearchHandler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.1"
+    timeout = 60  # seconds a client may take to send its request
+
+    def do_GET(self) -> None:
+        self._answer(self._parameters_from_query_string)
+
+    def do_POST(self) -> None:
+        self._answer(self._parameters_from_body)
+
+    def _answer(self, read_parameters) -> None:
+        try:
+            if urlsplit(self.path).path.rstrip("/") != SEARCH_PATH:
+                raise _RequestError(HTTPStatus.NOT_FOUND, "not_found", f"no such endpoint; search at {SEARCH_PATH}")
+            query, k = _checked(*read_parameters())
+            try:
+                answer = search_answer(self.server.retriever, query, k)
+            except AragError as exc:
+                raise _RequestError(HTTPStatus.BAD_GATEWAY, "retriever", str(exc)) from None
+        except _RequestError as exc:
+            self.close_connection = True  # a POST body may be left unread
+            self._send(exc.status, {"error": exc.kind, "message": exc.message})
+        except Exception:
+            logger.exception("search failed for %s", self.path[:200])
+            failure = {"error": "internal", "message": "search failed; see the server log"}
+            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, failure)
+        else:
+            self._send(HTTPStatus.OK, answer)
+
+    def _parameters_from_query_string(self) -> tuple:
+        fields = parse_qs(urlsplit(self.path).query, keep_blank_values=True)
+        return fields.get("query", [None])[-1], fields.get("k", [None])[-1]
+
+    def _parameters_from_body(self) -> tuple:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise _RequestError(HTTPStatus.LENGTH_REQUIRED, "bad_request", "POST needs a Content-Length") from None
+        if length > MAX_BODY_BYTES:
+            raise _RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", f"body above {MAX_BODY_BYTES} bytes")
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except (ValueError, UnicodeDecodeError):
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise _RequestError(
+                HTTPStatus.BAD_REQUEST, "bad_request", 'body must be a JSON object {"query": ..., "k": ...}'
+            )
+        return body.get("query"), body.get("k")
+
+    def _send(self, status: HTTPStatus, payload: dict) -> None:
+        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (malformed request line, URI too long, unknown method) as JSON too."""
+        self.close_connection = True
+        status = HTTPStatus(code)
+        self._send(status, {"error": "http", "message": f"{code} {message or status.phrase}"})
+
+    def do_PUT(self) -> None:
+        self.close_connection = True
+        self._send(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "method_not_allowed", "message": "use GET or POST"})
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def log_message(self, format: str, *args) -> None:
+        logger.debug("%s %s", self.address_string(), format % args)
+
+
+def _checked(query, k) -> tuple[str, int]:
+    """The query and k of a request: k defaults to 10 and is capped at 100; the query must be a bounded string."""
+    if query is None:
+        raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "missing 'query'")
+    if not isinstance(query, str):
+        raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "'query' must be a string")
+    if len(query) > MAX_QUERY_CHARS:
+        raise _RequestError(
+            HTTPStatus.BAD_REQUEST, "bad_request", f"'query' is longer than {MAX_QUERY_CHARS} characters"
+        )
+    if k is None or k == "":
+        return query, DEFAULT_K
+    if isinstance(k, str):
+        try:
+            k = int(k.strip())
+        except ValueError:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", f"'k' must be an integer, got {k!r}") from None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", f"'k' must be a positive integer, got {k!r}")
+    return query, min(k, MAX_K)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
