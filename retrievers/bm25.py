@@ -12,7 +12,7 @@ from arag.errors import ConfigError, DataError, RetrieverError
 from arag.retrievers.base import BaseRetriever, Passage, check_k
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
-    read_manifest,
+    read_index_manifest,
     read_records,
     staged_directory,
     write_manifest,
@@ -137,17 +137,8 @@ class BM25Retriever(BaseRetriever):
     def load(cls, index_dir: str | Path, mmap: bool = True) -> BM25Retriever:
         """Opens a folder written by `build` (score arrays memory-mapped unless mmap=False) and warms it up."""
         index_dir = Path(index_dir)
-        manifest = read_manifest(index_dir)
-        if manifest["kind"] != cls.kind:
-            raise RetrieverError(f"{index_dir} holds a {manifest['kind']!r} index, not a BM25 one")
-        if manifest.get("format_version") != cls.format_version:
-            raise RetrieverError(
-                f"{index_dir}: BM25 index format {manifest.get('format_version')!r} is not the one this arag reads "
-                f"({cls.format_version}); rebuild the index"
-            )
-        settings = manifest.get("settings")
-        if not isinstance(settings, dict) or not {"stemmer", "stopwords"} <= settings.keys():
-            raise RetrieverError(f"{index_dir}: corrupt manifest (no tokenizer settings)")
+        manifest, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version,
+                                                 {"stemmer", "stopwords"})
         try:
             engine = bm25s.BM25.load(index_dir, mmap=mmap, backend=engine_backend(manifest.get("n_passages", 0)), show_progress=False)
             records = read_records(index_dir / PASSAGES_FILE)

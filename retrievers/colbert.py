@@ -32,7 +32,7 @@ from arag.errors import ConfigError, DataError, RetrieverError
 from arag.retrievers.base import BaseRetriever, Passage
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
-    read_manifest,
+    read_index_manifest,
     read_records,
     staged_directory,
     write_manifest,
@@ -139,17 +139,7 @@ class ColBERTRetriever(BaseRetriever):
     def load(cls, index_dir: str | Path, checkpoint: str | Path | None = None) -> ColBERTRetriever:
         """Opens a folder written by `build`, with its own checkpoint unless `checkpoint` is given."""
         index_dir = Path(index_dir)
-        manifest = read_manifest(index_dir)
-        if manifest["kind"] != cls.kind:
-            raise RetrieverError(f"{index_dir} holds a {manifest['kind']!r} index, not a ColBERT one")
-        if manifest.get("format_version") != cls.format_version:
-            raise RetrieverError(
-                f"{index_dir}: ColBERT index format {manifest.get('format_version')!r} is not the one this arag reads "
-                f"({cls.format_version}); rebuild the index"
-            )
-        settings = manifest.get("settings")
-        if not isinstance(settings, dict) or not isinstance(settings.get("checkpoint"), str):
-            raise RetrieverError(f"{index_dir}: corrupt manifest (no checkpoint)")
+        manifest, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version, {"checkpoint"})
         try:
             checkpoint = checkpoint_folder(checkpoint or settings["checkpoint"])
         except ConfigError as exc:

@@ -18,7 +18,7 @@ from arag.errors import ConfigError, DataError, RetrieverError
 from arag.retrievers.base import BaseRetriever, Passage, check_k
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
-    read_manifest,
+    read_index_manifest,
     read_records,
     staged_directory,
     write_manifest,
@@ -152,17 +152,8 @@ class DenseRetriever(BaseRetriever):
     def load(cls, index_dir: str | Path) -> DenseRetriever:
         """Opens a folder written by `build`, with the model that embedded it."""
         index_dir = Path(index_dir)
-        manifest = read_manifest(index_dir)
-        if manifest["kind"] != cls.kind:
-            raise RetrieverError(f"{index_dir} holds a {manifest['kind']!r} index, not a dense one")
-        if manifest.get("format_version") != cls.format_version:
-            raise RetrieverError(
-                f"{index_dir}: dense index format {manifest.get('format_version')!r} is not the one this arag reads "
-                f"({cls.format_version}); rebuild the index"
-            )
-        settings = manifest.get("settings")
-        if not isinstance(settings, dict) or not {"model", "dim", "max_seq_length", "search"} <= settings.keys():
-            raise RetrieverError(f"{index_dir}: corrupt manifest (no model settings)")
+        manifest, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version,
+                                                 {"model", "dim", "max_seq_length", "search"})
         try:
             embeddings = np.load(index_dir / EMBEDDINGS_FILE, mmap_mode="r")
             records = read_records(index_dir / PASSAGES_FILE)

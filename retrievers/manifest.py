@@ -28,6 +28,24 @@ def write_manifest(index_dir: Path, **fields) -> dict:
     return manifest
 
 
+def read_index_manifest(index_dir: Path, kind: str, label: str, format_version: int,
+                        settings_keys: set[str]) -> tuple[dict, dict]:
+    """The manifest and settings of an index folder that must be of `kind` and `format_version` and whose
+    settings must hold `settings_keys`; a RetrieverError naming the folder otherwise."""
+    manifest = read_manifest(index_dir)
+    if manifest["kind"] != kind:
+        raise RetrieverError(f"{index_dir} holds a {manifest['kind']!r} index, not a {label} one")
+    if manifest.get("format_version") != format_version:
+        raise RetrieverError(
+            f"{index_dir}: {label} index format {manifest.get('format_version')!r} is not the one this arag reads "
+            f"({format_version}); rebuild the index"
+        )
+    settings = manifest.get("settings")
+    if not isinstance(settings, dict) or not settings_keys <= settings.keys():
+        raise RetrieverError(f"{index_dir}: corrupt manifest (settings lack {', '.join(sorted(settings_keys))})")
+    return manifest, settings
+
+
 def read_manifest(index_dir: str | Path) -> dict:
     """The manifest of an index folder, or a RetrieverError naming the folder when it is missing or corrupt."""
     index_dir = Path(index_dir)

@@ -185,7 +185,7 @@ def test_damaged_index_is_a_retriever_error_naming_the_folder(tmp_path):
     [
         ({"kind": "colbert", "format_version": 1}, "holds a 'colbert' index"),
         ({"kind": "bm25", "format_version": 99}, "format 99"),
-        ({"kind": "bm25", "format_version": 1, "settings": {}}, "no tokenizer settings"),
+        ({"kind": "bm25", "format_version": 1, "settings": {}}, "settings lack stemmer, stopwords"),
     ],
 )
 def test_foreign_manifests_are_refused(tmp_path, manifest, message):
