@@ -75,8 +75,9 @@ def build_lm(
         key = os.environ.get(api_key_env)
         if not key and not api_base:
             raise ConfigError(
-                f"{api_key_env} is not set: export {api_key_env}=<your key> for {model}, pass api_key_env=<the "
-                "variable that holds it>, or for a local OpenAI-compatible server pass api_base=http://HOST:PORT/v1"
+                f"{api_key_env} is not set: export {api_key_env}=<your key> for {model}, name the variable that "
+                "holds it (--api-key-env VAR, or api_key_env= in Python), or for a local OpenAI-compatible "
+                "server give its address (--api-base http://HOST:PORT/v1, or api_base=)"
             )
         settings["api_key"] = key or PLACEHOLDER_API_KEY
     try:
