@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 
@@ -25,12 +26,16 @@ def predictor(signature: type[dspy.Signature], reasoning: str) -> dspy.Module:
 def split_sentences(text: str) -> list[str]:
     """The sentences of `text` (pysbd's rule-based splitter), each with its trailing space kept,
     so that `"".join(split_sentences(t)) == t` for text without leading whitespace."""
-    if not text.strip():
-        return []
+    return list(_sentences(text)) if text.strip() else []
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentences(text: str) -> tuple[str, ...]:
+    # Programs split the same growing answer again and again; pysbd compiles regexes on every call.
     segmenter = getattr(_segmenters, "segmenter", None)
     if segmenter is None:
         segmenter = _segmenters.segmenter = pysbd.Segmenter(language="en", clean=False)
-    return [s for s in segmenter.segment(text) if s.strip()]
+    return tuple(s for s in segmenter.segment(text) if s.strip())
 
 
 def final_answer(text: str) -> str:

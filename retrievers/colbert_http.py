@@ -205,6 +205,7 @@ def serve(index: str | os.PathLike | Retriever, host: str = "127.0.0.1", port: i
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # socketserver's backlog of 5 resets clients under a burst of connections
     retriever: Retriever
 
     def __init__(self, address, handler):
