@@ -10,9 +10,10 @@ from typing import Any
 import click
 import ujson
 
-from arag.cli_options import check_lm_server, given_params, lm_from_options, lm_options, retriever_options
+from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.cli_optimize import compile_command, tune_command
 from arag.errors import AragError, ConfigError
+from arag.evaluate import MAX_ERRORS
 
 
 class _Group(click.Group):
@@ -104,10 +105,13 @@ def serve_command(index: str, host: str, port: int) -> None:
 @click.option("--metric", "metrics", multiple=True, help="Metric name (repeatable); default: the dataset's own.")
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Examples run at once.")
+@click.option("--max-errors", type=click.IntRange(min=0), default=MAX_ERRORS, show_default=True,
+              help="Stop after this many failed questions in a row (0: never stop); failed questions are recorded "
+                   "either way and tried again by the next run.")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
-def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None, retriever_spec: str | None,
-                 lm_spec: str | None, api_base: str | None, api_key_env: str, logprobs: bool, param_pairs: tuple[str, ...],
-                 params_file: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int,
+def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None,
+                 retriever_spec: str | None, lm_setup: LMSetup, param_pairs: tuple[str, ...], params_file: str | None,
+                 fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int, max_errors: int,
                  out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
     import dspy
@@ -134,7 +138,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)
     for name in metrics:
         get_metric(name)
-    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
+    lm = lm_setup.build()
     examples = load_examples(dataset, fmt=fmt, limit=limit)
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
     if saved:
@@ -147,19 +151,21 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
         "params": program.config,
         "dataset": str(Path(dataset).resolve()),
         "retriever": retriever_spec or (str(Path(corpus).resolve()) if corpus else None),
-        "lm": lm_spec,
+        "lm": lm_setup.spec,
+        "schema": lm_setup.schema,
     }
-    check_lm_server(api_base)
+    lm_setup.check_server()
     with dspy.context(lm=lm):
         result = evaluate(program, examples, out_dir=out_dir, threads=threads, metrics=metrics or None,
-                          run_info=run_info)
+                          run_info=run_info, max_errors=max_errors or None)
     summary = result.summary
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")
     if summary["n_failed"]:
         failed = [row for row in result.rows if "error" in row]
         if len(failed) == summary["n"]:
-            raise AragError(f"every question failed; the last error: {failed[-1]['error'].splitlines()[0]}")
+            step = f" in {failed[-1]['error_step']}" if failed[-1].get("error_step") else ""
+            raise AragError(f"every question failed; the last error{step}: {failed[-1]['error'].splitlines()[0]}")
         click.echo(f"{len(failed)} question(s) failed, their errors are in predictions.jsonl; rerun the same "
                    "command to retry them", err=True)
 

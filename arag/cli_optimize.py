@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import ujson
 
-from arag.cli_options import check_lm_server, given_params, lm_from_options, lm_options, retriever_options
+from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.errors import ConfigError
 
 
@@ -40,8 +40,7 @@ from arag.errors import ConfigError
 @click.option("--out", "out_path", required=True, type=click.Path(), help="JSON file for the compiled program.")
 def compile_command(program_name: str, trainset: str, devset: str | None, fmt: str, teleprompter: str,
                     metric: str | None, success_threshold: float, option_pairs: tuple[str, ...], corpus: str | None,
-                    retriever_spec: str | None, lm_spec: str | None, api_base: str | None, api_key_env: str,
-                    logprobs: bool, prompt_lm_spec: str | None, prompt_api_base: str | None,
+                    retriever_spec: str | None, lm_setup: LMSetup, prompt_lm_spec: str | None, prompt_api_base: str | None,
                     param_pairs: tuple[str, ...], params_file: str | None, limit: int | None, threads: int,
                     seed: int, out_path: str) -> None:
     """Compile a program's prompts against a dataset's metric and save it (see `arag eval --compiled`)."""
@@ -67,21 +66,21 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     if clash:
         raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
                           "--prompt-lm, --success-threshold, --threads, --seed)")
-    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
-    prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or api_base, api_key_env=api_key_env,
+    lm = lm_setup.build()
+    prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or lm_setup.api_base, api_key_env=lm_setup.api_key_env,
                          temperature=1.0) if prompt_lm_spec else None
     train = load_examples(trainset, fmt=fmt, limit=limit)
     metric = metric or default_metrics(train[0])[0]
     dev = load_examples(devset, fmt=fmt, limit=limit) if devset else None
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
     program = build_program(program_name, retriever, **params)
-    check_lm_server(api_base)
+    lm_setup.check_server()
     with dspy.context(lm=lm):
         compiled = compile(program, train, dev, teleprompter=teleprompter, metric=metric, prompt_lm=prompt_lm,
                            success_threshold=success_threshold, threads=threads, seed=seed, **options)
     meta = {"teleprompter": teleprompter, "metric": metric, "options": options,
             "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
-            "lm": lm_spec, "prompt_lm": prompt_lm_spec}
+            "lm": lm_setup.spec, "prompt_lm": prompt_lm_spec}
     path = save_program(compiled, out_path, meta=meta)
     demos = {name: len(predictor.demos) for name, predictor in compiled.named_predictors()}
     click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "demos": demos}, indent=2))
@@ -126,8 +125,8 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
                  storage: str | None, study_name: str | None, n_jobs: int, compiled: str | None,
                  param_pairs: tuple[str, ...], params_file: str | None, search_names: tuple[str, ...],
                  range_pairs: tuple[str, ...], chunk_size: int | None, pruner: str, seed: int | None, no_plots: bool,
-                 corpus: str | None, retriever_spec: str | None, lm_spec: str | None, api_base: str | None,
-                 api_key_env: str, logprobs: bool, limit: int | None, threads: int, out_dir: str) -> None:
+                 corpus: str | None, retriever_spec: str | None, lm_setup: LMSetup, limit: int | None, threads: int,
+                 out_dir: str) -> None:
     """Tune a program's declared parameters with Optuna; write best_params.json (or the Pareto front),
     trials.csv, study.json and plots to --out."""
     import optuna
@@ -148,10 +147,10 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     ranges = {name: tuple(value.split(":")) for name, value in parse_assignments(range_pairs).items()}
     parse_objectives(objectives or ("f1",))
     search_space(program_name, fixed=fixed, search=search_names or None, ranges=ranges)
-    lm = lm_from_options(lm_spec, api_base, api_key_env, logprobs)
+    lm = lm_setup.build()
     examples = load_examples(devset, fmt=fmt, limit=limit)
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
-    check_lm_server(api_base)
+    lm_setup.check_server()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     result = tune(program_name, examples, retriever, trials=trials, out_dir=out_dir, objectives=objectives or ("f1",),
                   storage=storage, study_name=study_name, n_jobs=n_jobs, compiled=compiled, chunk_size=chunk_size,

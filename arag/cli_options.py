@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,16 +13,77 @@ import ujson
 from arag.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class LMSetup:
+    """The LM the options describe: --lm, --api-base, --api-key-env, --logprobs, --lm-arg, --no-schema."""
+
+    spec: str | None
+    api_base: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    logprobs: bool = False
+    args: tuple[str, ...] = ()
+    schema: bool = True
+
+    def build(self):
+        """The dspy.LM, with arag's text adapter configured when --no-schema is given; a clear error when no
+        LM is given. Its server is checked later, by `check_server`, once the local inputs have been read."""
+        import dspy
+
+        from arag.adapters import TextAdapter
+        from arag.lm import build_lm
+        from arag.programs.params import parse_assignments
+
+        if not self.spec:
+            raise ConfigError("no LM configured: pass --lm local (a small model run on this machine), or --lm "
+                              "provider/model (with --api-base URL for a local OpenAI-compatible server such as "
+                              "vLLM or Ollama), or set ARAG_LM")
+        extra = {key: _json_value(value) for key, value in parse_assignments(self.args).items()}
+        lm = build_lm(self.spec, api_base=self.api_base, api_key_env=self.api_key_env, logprobs=self.logprobs,
+                      top_logprobs=5 if self.logprobs else None, **extra)
+        if not self.schema:
+            dspy.configure(adapter=TextAdapter())
+        return lm
+
+    def check_server(self) -> None:
+        """Fail fast, before any work, when nothing listens at --api-base."""
+        from arag.lm import check_server
+
+        if self.api_base:
+            check_server(self.api_base)
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return ujson.loads(text)
+    except ValueError:
+        return text
+
+
 def lm_options(fn):
-    """--lm, --api-base, --api-key-env and --logprobs."""
-    fn = click.option("--logprobs", is_flag=True,
-                      help="Ask the LM for token log-probabilities on every call (traces then carry answer confidence).")(fn)
-    fn = click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
-                      help="Environment variable holding the API key.")(fn)
-    fn = click.option("--api-base", envvar="ARAG_API_BASE",
-                      help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")(fn)
-    fn = click.option("--lm", "lm_spec", envvar="ARAG_LM", help="provider/model, e.g. openai/gpt-4o-mini (or set ARAG_LM).")(fn)
-    return fn
+    """--lm, --api-base, --api-key-env, --logprobs, --lm-arg and --no-schema, passed on as `lm_setup`."""
+
+    @functools.wraps(fn)
+    def command(*args, lm_spec, api_base, api_key_env, logprobs, lm_args, no_schema, **kwargs):
+        setup = LMSetup(lm_spec, api_base, api_key_env, logprobs, lm_args, not no_schema)
+        return fn(*args, lm_setup=setup, **kwargs)
+
+    command = click.option("--no-schema", is_flag=True,
+                           help="Do not constrain outputs to each signature's JSON schema (for endpoints that refuse "
+                                "response_format): DSPy's [[ ## field ## ]] format instead.")(command)
+    command = click.option("--lm-arg", "lm_args", multiple=True,
+                           help="LM setting key=value (repeatable; JSON values), e.g. context_length=4096, "
+                                "threads=2 or temperature=0.7 for --lm local.")(command)
+    command = click.option("--logprobs", is_flag=True,
+                           help="Ask the LM for token log-probabilities on every call (traces then carry answer "
+                                "confidence).")(command)
+    command = click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True,
+                           help="Environment variable holding the API key.")(command)
+    command = click.option("--api-base", envvar="ARAG_API_BASE",
+                           help="Base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1.")(command)
+    command = click.option("--lm", "lm_spec", envvar="ARAG_LM",
+                           help="local (the bundled small model), local:PATH.gguf, or provider/model, e.g. "
+                                "openai/gpt-4o-mini (or set ARAG_LM).")(command)
+    return command
 
 
 def retriever_options(fn):
@@ -28,26 +91,6 @@ def retriever_options(fn):
     fn = click.option("--retriever", "retriever_spec", help="An index folder, bm25:DIR, or another retriever spec.")(fn)
     fn = click.option("--corpus", type=click.Path(), help="Corpus file; its BM25 index is built on first use and reused.")(fn)
     return fn
-
-
-def lm_from_options(lm_spec: str | None, api_base: str | None, api_key_env: str, logprobs: bool):
-    """The dspy.LM the options describe; a clear error when none is given. Its server is checked later,
-    by `check_lm_server`, once the local inputs have been read."""
-    from arag.lm import build_lm
-
-    if not lm_spec:
-        raise ConfigError("no LM configured: pass --lm provider/model (with --api-base URL for a local "
-                          "OpenAI-compatible server such as vLLM or Ollama), or set ARAG_LM")
-    return build_lm(lm_spec, api_base=api_base, api_key_env=api_key_env, logprobs=logprobs,
-                    top_logprobs=5 if logprobs else None)
-
-
-def check_lm_server(api_base: str | None) -> None:
-    """Fail fast, before any work, when nothing listens at --api-base."""
-    from arag.lm import check_server
-
-    if api_base:
-        check_server(api_base)
 
 
 def given_params(params_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]:

@@ -9,22 +9,25 @@ from __future__ import annotations
 import contextvars
 import os
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 import dspy
 import ujson
 from tqdm import tqdm
 
 from arag.data.metrics import default_metrics, score_all
-from arag.errors import AragError, ConfigError, DataError
+from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
 RUN = "run.json"
+MAX_ERRORS = 10  # failed examples in a row that stop a run: the setup, not the questions, is likely at fault
 COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
 
 
@@ -43,22 +46,29 @@ def evaluate(
     metrics: Sequence[str] | None = None,
     run_info: dict[str, Any] | None = None,
     progress: bool = True,
-    max_consecutive_failures: int = 10,
+    max_errors: int | None = MAX_ERRORS,
 ) -> EvalResult:
     """Run `program` on every example and score it.
 
     `metrics` defaults to the ones that suit each example's dataset. With `out_dir`, rows go to
     `out_dir/predictions.jsonl` as they finish and `out_dir/summary.json` at the end; examples
-    already answered there are skipped. `run_info` (program name, parameters, ...) is stored in
-    `out_dir/run.json` and must match on resume. An example that raises is recorded with its
-    error; a user error (AragError), or `max_consecutive_failures` failures in a row, stops the run.
+    already answered there are skipped; failed ones are run again, with a fresh LM rollout so that
+    DSPy's cache does not replay the failure. `run_info` (program name, parameters, ...) is stored in
+    `out_dir/run.json` and must match on resume.
+
+    An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
+    its error's kind, message and step, its partial trace and what it spent; the run goes on. A user
+    error (AragError) stops the run, and so do `max_errors` failed examples in a row (None: never).
     """
+    if max_errors is not None and max_errors < 1:
+        raise ConfigError(f"max_errors must be at least 1 (or None for no limit), got {max_errors}")
     if threads < 1:
         raise ConfigError(f"threads must be at least 1, got {threads}")
     _check_unique_ids(devset)
     require_lm()
     store = _RowStore(Path(out_dir), run_info or {}) if out_dir is not None else None
     finished = store.finished() if store else {}
+    attempts = store.attempts() if store else {}
     todo = [ex for ex in devset if str(ex.id) not in finished]
     rows = {key: row for key, row in finished.items()}
     started = time.perf_counter()
@@ -66,7 +76,7 @@ def evaluate(
     interrupted = False
 
     def run_one(example: dspy.Example) -> dict[str, Any]:
-        return _run_example(program, example, metrics)
+        return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
 
     bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
     pool = ThreadPoolExecutor(max_workers=threads)
@@ -81,9 +91,11 @@ def evaluate(
                     store.append(row)
                 bar.update()
                 failures_in_row = failures_in_row + 1 if "error" in row else 0
-                if failures_in_row >= max_consecutive_failures:
+                if max_errors is not None and failures_in_row >= max_errors:
+                    step = f" in {row['error_step']}" if row.get("error_step") else ""
                     raise AragError(
-                        f"stopped after {failures_in_row} failed examples in a row; last error: {row['error']}"
+                        f"stopped after {failures_in_row} failed examples in a row (--max-errors {max_errors}); "
+                        f"last error{step}: {row['error']}"
                         + (f" (finished rows are kept in {store.dir})" if store else "")
                     )
     except KeyboardInterrupt:
@@ -99,25 +111,50 @@ def evaluate(
     return EvalResult(rows=ordered, summary=summary)
 
 
-def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[str] | None) -> dict[str, Any]:
+def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[str] | None,
+                 attempt: int = 0) -> dict[str, Any]:
     names = list(metrics) if metrics else default_metrics(example)
     row: dict[str, Any] = {"id": str(example.id), "question": example.question, "answers": list(example.answers)}
+    started = time.perf_counter()
     try:
-        pred = program(question=example.question)
+        with _rollout(attempt):
+            pred = program(question=example.question)
     except AragError:
         raise
     except Exception as exc:  # noqa: BLE001 — one failed example is recorded, the run goes on
-        row.update(prediction=None, metrics={name: 0.0 for name in names}, **{c: 0 for c in COUNTS}, trace=[])
-        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["seconds"] = round(time.perf_counter() - started, 3)
+        failed = exc if isinstance(exc, QuestionFailed) else None
+        row.update(prediction=None, metrics={name: 0.0 for name in names})
+        row.update({c: int(failed.counts.get(c, 0)) if failed else 0 for c in COUNTS})
+        cause = failed.cause if failed else exc
+        row["error"] = f"{type(cause).__name__}: {cause}"
+        row["error_kind"] = type(cause).__name__
+        row["error_step"] = failed.step if failed else None
+        row["attempt"] = attempt
+        row["trace"] = _jsonable(failed.trace) if failed else []
         return row
+    row["seconds"] = round(time.perf_counter() - started, 3)
     row["prediction"] = pred.answer
     row["metrics"] = score_all(example, pred.answer, names)
     row.update({c: int(pred.get(c, 0) or 0) for c in COUNTS})
     extra = {k: v for k, v in pred.items() if k not in {"answer", "trace", *COUNTS}}
     if extra:
         row["outputs"] = _jsonable(extra)
+    if attempt:
+        row["attempt"] = attempt
     row["trace"] = _jsonable(pred.get("trace", []))
     return row
+
+
+@contextmanager
+def _rollout(attempt: int) -> Iterator[None]:
+    """A retry's LM calls under a new rollout id: DSPy's cache would otherwise replay the failed outputs."""
+    lm = dspy.settings.lm
+    if not attempt or lm is None or not hasattr(lm, "copy"):
+        yield
+        return
+    with dspy.context(lm=lm.copy(rollout_id=attempt)):
+        yield
 
 
 def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
@@ -133,9 +170,11 @@ def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
         "n_total": n_total,
         "complete": n == n_total,
         "n_failed": sum("error" in row for row in rows),
+        "failures": dict(Counter(row["error_kind"] for row in rows if "error" in row and row.get("error_kind"))),
         "metrics": means,
         "totals": totals,
         "per_question": {c: totals[c] / n if n else 0.0 for c in COUNTS},
+        "seconds_per_question": round(sum(row.get("seconds", 0.0) for row in rows) / n, 3) if n else 0.0,
         "wall_time_s": round(wall_time, 3),
     }
 
@@ -199,7 +238,21 @@ class _RowStore:
 
     def finished(self) -> dict[str, dict[str, Any]]:
         """Rows already answered (failed ones are run again), by example id."""
-        rows: dict[str, dict[str, Any]] = {}
+        return {key: row for key, row in self._last_rows().items() if "error" not in row}
+
+    def attempts(self) -> dict[str, int]:
+        """How many times each example has failed so far: the attempt number of its next try."""
+        counts: Counter[str] = Counter()
+        for row in self._all_rows():
+            if "error" in row:
+                counts[row["id"]] += 1
+        return dict(counts)
+
+    def _last_rows(self) -> dict[str, dict[str, Any]]:
+        return {row["id"]: row for row in self._all_rows()}
+
+    def _all_rows(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
         if not self.path.exists():
             return rows
         with open(self.path, encoding="utf-8") as f:
@@ -208,8 +261,8 @@ class _RowStore:
                     row = ujson.loads(line)
                 except ValueError:
                     raise DataError(f"{self.path}:{lineno}: not a JSON row; move the file away to start over") from None
-                rows[row["id"]] = row
-        return {key: row for key, row in rows.items() if "error" not in row}
+                rows.append(row)
+        return rows
 
     def append(self, row: dict[str, Any]) -> None:
         if self._file is None:

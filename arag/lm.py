@@ -7,6 +7,8 @@ completion), ``field_logprobs`` (one output field of a prediction) and ``label_p
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import math
 import os
@@ -27,7 +29,8 @@ from dspy.utils.exceptions import LMConfigurationError
 from arag.errors import ConfigError, LMError
 
 PLACEHOLDER_API_KEY = "no-key-needed"
-DEFAULT_MAX_TOKENS = 2048
+DEFAULT_MAX_TOKENS = 1024  # a cap: each call asks for what its output fields need (arag.adapters)
+COMPATIBLE_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_S = 120.0
 
 _ENABLE_LOGPROBS_HINT = (
@@ -35,6 +38,21 @@ _ENABLE_LOGPROBS_HINT = (
     "dspy.Predict(..., logprobs=True)) and use an endpoint that returns log-probabilities "
     "(OpenAI, vLLM and llama.cpp servers do; not every provider does)"
 )
+
+
+def _register_compatible_provider() -> None:
+    """`openai-compatible/MODEL`: the OpenAI chat wire with `max_tokens`, which every OpenAI-compatible server
+    honours (DSPy's `openai/` route sends only `max_completion_tokens`, which llama.cpp's server ignores)."""
+    from dspy._vendor.lm15.compat import OpenAIChatCompat
+    from dspy._vendor.lm15.registry import ProviderDefinition
+
+    compat = dataclasses.replace(OpenAIChatCompat.preset("openai"), max_tokens_field="max_tokens", thinking_format="none")
+    access = lm15.AccessPolicy(provider=COMPATIBLE_PROVIDER, env_keys=("OPENAI_API_KEY",), base_url="http://127.0.0.1:8000/v1")
+    dspy.lm15.register_provider(ProviderDefinition.chat(access, compat=compat),
+                                supports=dspy.lm15.ModelSupport(response_schema=True))
+
+
+_register_compatible_provider()
 
 
 def build_lm(
@@ -50,20 +68,30 @@ def build_lm(
     **kwargs: Any,
 ) -> dspy.LM:
     """A ``dspy.LM`` for ``provider/model``, e.g. ``openai/gpt-4o-mini``, or ``openai/MODEL`` with
-    ``api_base="http://HOST:PORT/v1"`` for any OpenAI-compatible server (vLLM, Ollama, llama.cpp).
+    ``api_base="http://HOST:PORT/v1"`` for any OpenAI-compatible server (vLLM, Ollama, llama.cpp), or
+    ``local`` / ``local:PATH.gguf`` for a llama.cpp model in this process (``arag.local``; its options
+    ``context_length`` and ``threads`` go in ``kwargs``).
 
     For ``openai/`` models and any model at ``api_base`` the key is read from the environment
     variable ``api_key_env`` (a local server without one gets a placeholder); other providers read
-    their own variable (e.g. ``ANTHROPIC_API_KEY``) inside DSPy. Extra ``kwargs`` go to ``dspy.LM``.
+    their own variable (e.g. ``ANTHROPIC_API_KEY``) inside DSPy. ``openai/MODEL`` at an ``api_base``
+    becomes ``openai-compatible/MODEL``, which sends ``max_tokens``. Extra ``kwargs`` go to ``dspy.LM``.
     """
+    if top_logprobs is not None and not logprobs:
+        raise ConfigError(f"top_logprobs={top_logprobs} needs logprobs=True")
+    if model == "local" or model.startswith("local:"):
+        from arag.local import local_lm
+
+        if api_base:
+            raise ConfigError("--lm local runs the model in this process; it takes no --api-base")
+        options = {"logprobs": True, "top_logprobs": top_logprobs or 5} if logprobs else {}
+        return local_lm(model, temperature=temperature, max_tokens=max_tokens, cache=cache, **options, **kwargs)
     provider, slash, name = model.partition("/")
     if not (slash and provider and name):
         raise ConfigError(
             f"LM {model!r} has no provider prefix: write it as provider/model, e.g. openai/gpt-4o-mini, "
             f"or openai/{model or 'MODEL'} with api_base=http://HOST:PORT/v1 for an OpenAI-compatible server"
         )
-    if top_logprobs is not None and not logprobs:
-        raise ConfigError(f"top_logprobs={top_logprobs} needs logprobs=True")
     settings = dict(kwargs)
     if logprobs:
         settings["logprobs"] = True
@@ -71,6 +99,10 @@ def build_lm(
             settings["top_logprobs"] = top_logprobs
     if api_base:
         settings["api_base"] = api_base
+        if provider == "openai":
+            model = f"{COMPATIBLE_PROVIDER}/{name}"
+            if "extra_body" in settings:  # server-specific fields: only DSPy's LiteLLM engine carries them
+                settings.setdefault("engine", "litellm")
     if api_base or provider == "openai":
         key = os.environ.get(api_key_env)
         if not key and not api_base:
@@ -109,9 +141,10 @@ def require_lm() -> dspy.BaseLM:
     lm = dspy.settings.lm
     if lm is None:
         raise ConfigError(
-            "no LM is configured. In Python: dspy.configure(lm=arag.build_lm('openai/MODEL')), adding "
-            "api_base='http://HOST:PORT/v1' for an OpenAI-compatible server. On the command line: "
-            "--lm openai/MODEL [--api-base URL]. The API key is read from OPENAI_API_KEY (a local server needs none)."
+            "no LM is configured. In Python: dspy.configure(lm=arag.build_lm('local')) for the bundled local model, "
+            "or arag.build_lm('openai/MODEL'), adding api_base='http://HOST:PORT/v1' for an OpenAI-compatible server. "
+            "On the command line: --lm local, or --lm openai/MODEL [--api-base URL]. The API key is read from "
+            "OPENAI_API_KEY (a local server needs none)."
         )
     return lm
 
@@ -197,7 +230,8 @@ def _skip_space(text: str, index: int) -> int:
 
 
 def _json_span(text: str, field: str) -> tuple[int, int] | None:
-    """Span of a top-level member's value in the first JSON object of text (a string's content, without quotes)."""
+    """Span of a top-level member's value in the first JSON object of text (a string's content, without quotes;
+    to the end of the text when the completion stopped inside it)."""
     index = text.find("{")
     if index < 0:
         return None
@@ -211,7 +245,12 @@ def _json_span(text: str, field: str) -> tuple[int, int] | None:
                 return None
             index = _skip_space(text, index + 1)
             if text.startswith('"', index):
-                _, end = scanstring(text, index + 1, False)
+                try:
+                    _, end = scanstring(text, index + 1, False)
+                except ValueError:
+                    if key != field:
+                        raise
+                    return index + 1, len(text.rstrip())  # a string cut short by the token budget
                 span = (index + 1, end - 1)
             else:
                 _, end = decoder.raw_decode(text, index)
@@ -368,16 +407,28 @@ def _completions_arguments(config: lm15.Config, keep_special_tokens: bool = Fals
     return arguments
 
 
-def _lm15_logprobs(logprobs: Any) -> tuple[lm15.TokenLogprob, ...]:
-    """lm15 tokens from the completions API's ``tokens`` / ``token_logprobs`` / ``top_logprobs`` lists."""
-    tops = logprobs.top_logprobs or [None] * len(logprobs.tokens)
-    return tuple(
-        lm15.TokenLogprob(
-            token,
-            float(logprob),
-            top=tuple(lm15.TopLogprob(t, float(lp)) for t, lp in sorted((top or {}).items(), key=lambda i: -i[1])),
+def lm15_tokens(logprobs: Any, top: int | None = None) -> tuple[lm15.TokenLogprob, ...]:
+    """lm15 tokens from a completion's log-probabilities in either shape servers send (dicts or SDK objects):
+    the chat shape ``content[] = {token, logprob, top_logprobs[]}`` (chat calls everywhere, and llama.cpp's
+    /v1/completions), or the legacy completions shape ``tokens`` / ``token_logprobs`` / ``top_logprobs``
+    (``{token: logprob}`` per position; OpenAI's and vLLM's /v1/completions). ``top`` caps the candidates kept."""
+
+    def token(text: str, logprob: Any, alternatives: list[tuple[str, float]]) -> lm15.TokenLogprob:
+        alternatives = sorted(alternatives, key=lambda item: -item[1])[:top]
+        return lm15.TokenLogprob(text, float(logprob), top=tuple(lm15.TopLogprob(t, lp) for t, lp in alternatives))
+
+    content = _get(logprobs, "content")
+    if content is not None:
+        return tuple(
+            token(_get(entry, "token"), _get(entry, "logprob"),
+                  [(_get(alt, "token"), float(_get(alt, "logprob"))) for alt in _get(entry, "top_logprobs") or ()])
+            for entry in content
         )
-        for token, logprob, top in zip(logprobs.tokens, logprobs.token_logprobs, tops)
+    tokens = _get(logprobs, "tokens") or []
+    tops = _get(logprobs, "top_logprobs") or [None] * len(tokens)
+    return tuple(
+        token(text, logprob, [(t, float(lp)) for t, lp in (alternatives or {}).items()])
+        for text, logprob, alternatives in zip(tokens, _get(logprobs, "token_logprobs") or [], tops)
     )
 
 
@@ -442,7 +493,7 @@ class CompletionsEngine:
 
     def _response(self, completion: Any, request: lm15.Request) -> lm15.Response:
         choice = completion.choices[0]
-        wanted = request.config.logprobs is not None and choice.logprobs is not None and choice.logprobs.tokens
+        tokens = lm15_tokens(choice.logprobs, request.config.logprobs) if choice.logprobs is not None else ()
         counts = completion.usage
         usage = lm15.Usage(counts.prompt_tokens, counts.completion_tokens) if counts else lm15.Usage()
         return lm15.Response(
@@ -451,7 +502,7 @@ class CompletionsEngine:
             message=lm15.Message.assistant((lm15.TextPart(choice.text or ""),)),
             finish_reason="length" if choice.finish_reason == "length" else "stop",
             usage=usage,
-            logprobs=_lm15_logprobs(choice.logprobs) if wanted else None,
+            logprobs=tokens if request.config.logprobs is not None and tokens else None,
         )
 
     def stream(self, request: lm15.Request):
@@ -531,3 +582,31 @@ def complete_raw(
     output = lm(prompt, logprobs=True, **config)[0]
     text = output.get("text") or ""
     return (text, completion_logprobs(output)) if text else ("", [])
+
+
+def raw_prompt_lm(lm: dspy.BaseLM, *, keep_special_tokens: bool = False) -> dspy.BaseLM:
+    """The LM that sends raw prompts to the model behind ``lm``: the /v1/completions of its OpenAI-compatible
+    server (``api_base``, or a completions engine's), the same local GGUF model without its chat template,
+    else ``lm`` itself (e.g. a scripted LM). ``keep_special_tokens`` asks the server to keep special tokens
+    in its text and log-probabilities (Self-RAG's reflection tokens)."""
+    from arag.local import raw_twin
+
+    engine = getattr(lm, "engine", None)
+    if isinstance(engine, CompletionsEngine):
+        if engine.keep_special_tokens == keep_special_tokens:
+            return lm
+        return _completions_lm(engine.api_base, engine.model, engine.api_key_env, engine.timeout, keep_special_tokens)
+    twin = raw_twin(lm)
+    if twin is not None:
+        return twin
+    api_base = (getattr(lm, "kwargs", None) or {}).get("api_base")
+    if api_base:
+        return _completions_lm(api_base, lm.model.partition("/")[2], "OPENAI_API_KEY", DEFAULT_TIMEOUT_S,
+                               keep_special_tokens)
+    return lm
+
+
+@functools.lru_cache(maxsize=None)
+def _completions_lm(api_base: str, model: str, api_key_env: str, timeout: float, keep_special_tokens: bool) -> dspy.LM:
+    return completions_lm(model, api_base, api_key_env=api_key_env, timeout=timeout,
+                          keep_special_tokens=keep_special_tokens)

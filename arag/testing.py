@@ -452,20 +452,22 @@ def _chat_logprobs(answer: ScriptedAnswer, top: int) -> dict:
     }
 
 
-def _chat_completion(engine: ScriptedEngine, body: Mapping) -> dict:
+def _chat_completion(engine: ScriptedEngine, body: Mapping, dialect: str = "openai") -> dict:
     messages = [(m.get("role"), _message_text(m.get("content"))) for m in body.get("messages") or []]
     instructions = [text for role, text in messages if role in ("system", "developer")]
     turns = [(role, text) for role, text in messages if role not in ("system", "developer")]
     json_mode = body.get("response_format") is not None
     call = _scripted_call("\n\n".join(instructions) or None, turns, json_mode=json_mode, model=body.get("model", ""))
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = body.get("max_tokens") if dialect == "llama.cpp" else body.get("max_completion_tokens") or body.get("max_tokens")
+    # llama-cpp-python's server answers `logprobs: true` without `top_logprobs` with no log-probabilities.
+    send_logprobs = body.get("logprobs") and (dialect != "llama.cpp" or body.get("top_logprobs"))
     choices, usage = [], {}
     for index in range(int(body.get("n") or 1)):
         answer = engine.answer(call, max_tokens=max_tokens, stop=_stops(body))
         choices.append({
             "index": index,
             "message": {"role": "assistant", "content": answer.text},
-            "logprobs": _chat_logprobs(answer, int(body.get("top_logprobs") or 0)) if body.get("logprobs") else None,
+            "logprobs": _chat_logprobs(answer, int(body.get("top_logprobs") or 0)) if send_logprobs else None,
             "finish_reason": answer.finish_reason,
         })
         usage = _usage(call, answer)
@@ -492,12 +494,16 @@ def _completion_logprobs(answer: ScriptedAnswer, top: int) -> dict:
     }
 
 
-def _text_completion(engine: ScriptedEngine, body: Mapping) -> dict:
+def _text_completion(engine: ScriptedEngine, body: Mapping, dialect: str = "openai") -> dict:
     prompt = body.get("prompt") or ""
     prompt = prompt[0] if isinstance(prompt, list) else prompt
     call = _scripted_call(None, [("user", prompt)], raw=True, model=body.get("model", ""))
     answer = engine.answer(call, max_tokens=body.get("max_tokens"), stop=_stops(body))
-    logprobs = None if body.get("logprobs") is None else _completion_logprobs(answer, int(body["logprobs"]))
+    logprobs = None
+    if body.get("logprobs") is not None:
+        # llama.cpp's /v1/completions answers in the chat shape; OpenAI's and vLLM's in the legacy one.
+        shape = _chat_logprobs if dialect == "llama.cpp" else _completion_logprobs
+        logprobs = shape(answer, int(body["logprobs"]))
     return {
         "id": f"cmpl-{uuid.uuid4().hex[:12]}",
         "object": "text_completion",
@@ -516,14 +522,21 @@ class OpenAICompatibleServer:
 
     Answers come from a ScriptedEngine (``.engine``: calls, count, faults); ``.requests`` holds every
     received ``{"path", "body"}``. Use as a context manager; ``.url`` is ``http://127.0.0.1:PORT/v1``.
-    Faults become HTTP 504 (timeout), 429 and 500 with ``Retry-After``.
+    Faults become HTTP 504 (timeout), 429 and 500 with ``Retry-After``. ``dialect="llama.cpp"`` behaves
+    as llama-cpp-python's server does: it ignores ``max_completion_tokens``, returns no log-probabilities
+    for ``logprobs: true`` without ``top_logprobs``, and sends /v1/completions log-probabilities in the
+    chat shape.
     """
 
     def __init__(
-        self, responder: Callable[[ScriptedCall], Any], host: str = "127.0.0.1", port: int = 0, **engine_kwargs
+        self, responder: Callable[[ScriptedCall], Any], host: str = "127.0.0.1", port: int = 0, *,
+        dialect: str = "openai", **engine_kwargs
     ):
         if host != "localhost" and not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"the scripted server binds loopback addresses only, not {host!r}")
+        if dialect not in ("openai", "llama.cpp"):
+            raise ValueError(f"dialect is 'openai' or 'llama.cpp', not {dialect!r}")
+        self.dialect = dialect
         self.engine = ScriptedEngine(responder, **engine_kwargs)
         self.requests: list[dict] = []
         self._requests_lock = threading.Lock()
@@ -608,7 +621,7 @@ class OpenAICompatibleServer:
 
             def _answer(self, route, body):
                 try:
-                    payload = route(server.engine, body)
+                    payload = route(server.engine, body, server.dialect)
                 except lm15.LM15Error as exc:
                     self._error(exc.status or 500, exc.message, exc.retry_after)
                 except Exception as exc:  # a responder bug: reported to the client, never retried

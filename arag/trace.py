@@ -30,6 +30,7 @@ class Trace:
         self.completion_tokens = 0
         self.retrieval_calls = 0
         self.passage_ids: set[str] = set()
+        self.running: Any = None  # the predictor called last: where a failure happened
         self._lock = threading.Lock()
 
     def add(self, step: str, **data: Any) -> dict[str, Any]:
@@ -75,6 +76,10 @@ class _LMCallCounter(BaseCallback):
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         with self.trace._lock:
             self.trace.lm_calls += 1
+
+    def on_module_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
+        if isinstance(instance, dspy.Predict):
+            self.trace.running = instance
 
 
 def current_trace() -> Trace | None:

@@ -2,8 +2,8 @@
 chat fine-tuning set, so a small model can learn to ground the way a strong one did.
 
 Each grounding call becomes one JSONL line in OpenAI's chat fine-tuning format, `{"messages": [system,
-user, assistant]}`, holding exactly the prompt DSPy's ChatAdapter sends to the grounding step and the
-answer the model gave; a fine-tuned model then serves the same program unchanged. A `metadata` object on
+user, assistant]}`, holding exactly the prompt the run's adapter sent to the grounding step (arag's
+SchemaAdapter, or its TextAdapter for a run made with --no-schema) and the answer the model gave; a fine-tuned model then serves the same program unchanged. A `metadata` object on
 each line says where the call came from and whether the run's final answer to that question was right.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 import dspy
 import ujson
 
+from arag.adapters import default_adapter
 from arag.data._io import iter_jsonl
 from arag.errors import DataError
-from arag.evaluate import PREDICTIONS
+from arag.evaluate import PREDICTIONS, RUN
 from arag.signatures.grounding import GroundAnswer
 
 GROUNDING_STEP = "ground"
@@ -45,6 +46,7 @@ def export_grounding(
     path = Path(run_dir_or_predictions_path)
     predictions = path / PREDICTIONS if path.is_dir() else path
     rows = _last_rows(predictions)
+    adapter = run_adapter(predictions.parent)
     examples, calls_seen = [], 0
     for row in rows:
         calls = [step for step in row.get("trace") or [] if step.get("step") == GROUNDING_STEP]
@@ -53,7 +55,7 @@ def export_grounding(
         if only_correct and not correct:
             continue
         for call in calls:
-            example = grounding_messages(call, f"{predictions}, example {row['id']!r}")
+            example = grounding_messages(call, f"{predictions}, example {row['id']!r}", adapter)
             if with_metadata:
                 example["metadata"] = {
                     "id": row["id"],
@@ -71,14 +73,23 @@ def export_grounding(
     return len(examples)
 
 
-def grounding_messages(call: dict[str, Any], where: str = "grounding step") -> dict[str, list[dict[str, str]]]:
+def run_adapter(run_dir: Path) -> dspy.Adapter:
+    """The adapter a run's calls went through, as its run.json records it (arag's schema adapter by default)."""
+    run_file = run_dir / RUN
+    info = ujson.loads(run_file.read_text(encoding="utf-8")) if run_file.exists() else {}
+    return default_adapter(structured=info.get("schema", True))
+
+
+def grounding_messages(call: dict[str, Any], where: str = "grounding step",
+                       adapter: dspy.Adapter | None = None) -> dict[str, list[dict[str, str]]]:
     """One traced grounding call (its `inputs` and `outputs`) as `{"messages": [system, user, assistant]}`."""
     try:
         inputs, outputs = call["inputs"], call["outputs"]
     except KeyError as missing:
         raise DataError(f"{where}: a grounding step without its {missing.args[0]}") from None
     signature = _grounding_signature(with_reasoning="reasoning" in outputs)
-    return dspy.ChatAdapter().format_finetune_data(signature, demos=[], inputs=inputs, outputs=outputs)
+    adapter = adapter or default_adapter()
+    return adapter.format_finetune_data(signature, demos=[], inputs=inputs, outputs=outputs)
 
 
 def answer_correct(row: dict[str, Any], metric: str | None = None, where: str | Path = "row") -> bool:

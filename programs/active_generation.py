@@ -27,7 +27,7 @@ from typing import ClassVar, Sequence
 
 import dspy
 
-from arag.lm import TokenLogprob, complete_raw, field_logprobs, require_lm
+from arag.lm import TokenLogprob, complete_raw, field_logprobs, raw_prompt_lm, require_lm
 from arag.programs.base import RAGProgram
 from arag.programs.params import Param
 from arag.programs.steps import ends_with_final_answer, final_answer, split_sentences
@@ -40,8 +40,8 @@ LOOKAHEAD_TOKENS = Param("lookahead_tokens", 64, "tokens drafted per step, of wh
 MAX_TOKENS = Param("max_tokens", 256, "answer length budget, in LM tokens", low=8, high=8192)
 PROMPT_STYLE = Param(
     "prompt_style", "signature",
-    "signature: a typed DSPy signature (chat LMs, compilable); raw: a plain prompt to a /v1/completions "
-    "model configured with arag.lm.completions_lm",
+    "signature: a typed DSPy signature (chat LMs, compilable); raw: a plain prompt, sent to the LM's "
+    "/v1/completions (or a local model without its chat template)",
     choices=("signature", "raw"), tunable=False,
 )
 
@@ -87,7 +87,8 @@ class ActiveGeneration(RAGProgram):
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
-        self.continue_answer = dspy.Predict(ContinueAnswer, logprobs=True)
+        # top_logprobs too: some servers (llama-cpp-python) return no log-probabilities for logprobs alone
+        self.continue_answer = dspy.Predict(ContinueAnswer, logprobs=True, top_logprobs=1)
 
     def run(self, question: str) -> dict:
         answer = LongAnswer(question, self.retrieve(question, why="question"))
@@ -132,7 +133,7 @@ class ActiveGeneration(RAGProgram):
     def generate(self, answer: LongAnswer, max_tokens: int) -> tuple[str, list[TokenLogprob]]:
         """A continuation of the answer (at most `max_tokens` tokens) and its tokens."""
         if self.prompt_style == "raw":
-            return complete_raw(require_lm(), raw_prompt(answer), max_tokens=max_tokens, stop=[PARAGRAPH_END])
+            return complete_raw(raw_prompt_lm(require_lm()), raw_prompt(answer), max_tokens=max_tokens, stop=[PARAGRAPH_END])
         prediction = self.continue_answer(
             passages=format_passages(answer.passages),
             question=answer.question,

@@ -32,6 +32,7 @@ from arag.lm import has_top_logprobs, label_probabilities
 from arag.programs.base import K, RAGProgram
 from arag.programs.params import Param
 from arag.programs.registry import register
+from arag.programs.steps import judged
 from arag.retrievers import dedup, format_passages
 from arag.signatures.notes import (
     AnswerFromNote,
@@ -130,8 +131,13 @@ class AdaptiveNote(RAGProgram):
         return f"{query}\n{question}" if self.query_with_question else query
 
     def review(self, question: str, best_note: str, new_note: str, iteration: int) -> bool:
-        """f_c(N_t, M_opt): is the new note better? Recorded with its probability when log-probabilities exist."""
-        prediction = self.compare_notes(question=question, best_note=best_note, new_note=new_note)
+        """f_c(N_t, M_opt): is the new note better? Recorded with its probability when log-probabilities exist;
+        an unreadable judgement keeps the best note."""
+        prediction = judged(self.compare_notes, "not better: the best note is kept", question=question,
+                            best_note=best_note, new_note=new_note)
+        if prediction is None:
+            self.note("review", iteration=iteration, better=False)
+            return False
         better = bool(prediction.better)
         step = self.note("review", iteration=iteration, better=better)
         if has_top_logprobs(prediction, "better"):

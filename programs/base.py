@@ -6,7 +6,8 @@ from typing import Any, ClassVar, Sequence
 
 import dspy
 
-from arag.errors import ConfigError
+from arag.adapters import default_adapter
+from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
 from arag.retrievers.base import Passage, Retriever
 from arag.trace import current_trace, note, recording
@@ -41,9 +42,36 @@ class RAGProgram(dspy.Module):
         """Cross-parameter checks (e.g. lower <= upper); raise ConfigError."""
 
     def forward(self, question: str) -> dspy.Prediction:
-        with recording() as trace:
-            result = self.run(question)
+        """Run the program on one question under arag's adapter (unless one is configured).
+
+        A failure that is the question's, not the configuration's (an unreadable output, a failed or timed-out
+        LM call, a missing log-probability) is raised as QuestionFailed with the step that was running and
+        the trace and counts of the work done until then."""
+        adapter = dspy.settings.adapter or default_adapter(dspy.settings.lm)
+        failure = None
+        with recording() as trace, dspy.context(adapter=adapter):
+            try:
+                result = self.run(question)
+            except (ConfigError, QuestionFailed):
+                raise
+            except Exception as exc:  # noqa: BLE001 — re-raised below with what the question did
+                failure = exc
+        if failure is not None:
+            raise QuestionFailed(failure, step=self.step_name(trace.running), trace=list(trace.steps),
+                                 counts=trace.counts()) from failure
         return trace.prediction(**result)
+
+    def step_name(self, predictor: Any) -> str | None:
+        """Where one of this program's predictors sits and its signature, e.g. `evaluator.judge (JudgeRelevance)`
+        (a ChainOfThought's inner predictor goes by its module's name: its signature was rebuilt unnamed)."""
+        if predictor is None:
+            return None
+        signature = predictor.signature.__name__
+        for name, candidate in self.named_predictors():
+            if candidate is predictor:
+                name = name.removesuffix(".predict")
+                return name if signature == "StringSignature" else f"{name} ({signature})"
+        return signature
 
     def run(self, question: str) -> dict[str, Any]:
         raise NotImplementedError

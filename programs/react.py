@@ -4,6 +4,7 @@ retriever, and answers once it has what it needs."""
 from __future__ import annotations
 
 import dspy
+from dspy.utils.exceptions import AdapterParseError
 
 from arag.programs.active_generation import K_FLARE
 from arag.programs.base import RAGProgram
@@ -11,8 +12,25 @@ from arag.programs.params import Param
 from arag.programs.registry import register
 from arag.retrievers.base import format_passages
 from arag.signatures.generation import AnswerBySearching
+from arag.trace import note
 
 MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30)
+
+
+class _ReAct(dspy.ReAct):
+    """`dspy.ReAct` that ends the trajectory on an unreadable step, as it does on an invalid tool choice
+    (DSPy 3.4.1 ends it on ValueError only, and AdapterParseError is not one). The answer is then extracted
+    from the trajectory so far; an unreadable extraction still fails the question."""
+
+    def _call_with_potential_trajectory_truncation(self, module, trajectory, **input_args):
+        try:
+            return super()._call_with_potential_trajectory_truncation(module, trajectory, **input_args)
+        except AdapterParseError as exc:
+            if module is self.extract:
+                raise
+            note("unreadable", signature=module.signature.__name__, fallback="end the trajectory",
+                 error=str(exc).splitlines()[0][:300])
+            raise ValueError(str(exc)) from exc
 
 
 @register
@@ -24,7 +42,7 @@ class ReActSearch(RAGProgram):
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
-        self.agent = dspy.ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters)
+        self.agent = _ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters)
 
     def run(self, question: str) -> dict:
         prediction = self.agent(question=question)

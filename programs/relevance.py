@@ -38,6 +38,7 @@ import dspy
 
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
+from arag.programs.steps import judged
 from arag.programs.steps import split_sentences
 from arag.retrievers.base import Passage
 from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
@@ -79,7 +80,8 @@ def _score_non_blank(texts: Sequence[str], score_many: Callable[[list[str]], lis
 
 
 class LMScorer(dspy.Module):
-    """The configured LM as the evaluator: score = 2·p(yes) − 1 for `JudgeRelevance`, one call per text."""
+    """The configured LM as the evaluator: score = 2·p(yes) − 1 for `JudgeRelevance`, one call per text;
+    0 (no evidence either way) when the judgement cannot be read."""
 
     def __init__(self, label_fallback: bool = False):
         super().__init__()
@@ -93,7 +95,9 @@ class LMScorer(dspy.Module):
         return _score_non_blank(texts, lambda found: [self._judge(question, text) for text in found])
 
     def _judge(self, question: str, text: str) -> float:
-        prediction = self.judge(question=question, passage=text)
+        prediction = judged(self.judge, "score 0: neither relevant nor irrelevant", question=question, passage=text)
+        if prediction is None:
+            return 0.0
         try:
             p_yes = label_probabilities(prediction, "relevant", ("yes", "no"))["yes"]
         except LMError:

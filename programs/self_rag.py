@@ -35,7 +35,6 @@ meant; that is not reproduced.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -45,20 +44,11 @@ import dspy
 
 from arag.data.metrics import normalize_answer
 from arag.errors import ConfigError, LMError
-from arag.lm import (
-    DEFAULT_TIMEOUT_S,
-    CompletionsEngine,
-    TokenLogprob,
-    complete_raw,
-    completions_lm,
-    field_logprobs,
-    label_probabilities,
-    require_lm,
-)
+from arag.lm import TokenLogprob, complete_raw, field_logprobs, label_probabilities, raw_prompt_lm, require_lm
 from arag.programs.base import K, RAGProgram
 from arag.programs.params import Param
 from arag.programs.registry import register
-from arag.programs.steps import split_sentences
+from arag.programs.steps import judged, split_sentences
 from arag.retrievers.base import Passage
 from arag.signatures.critique import (
     ContinueAnswer,
@@ -377,8 +367,11 @@ class PromptedCritics(dspy.Module):
 
     def retrieval(self, question: str, written: Sequence[Segment]) -> dict[str, float]:
         evidence = written[-1].passage if written else None
-        prediction = self.decide_retrieval(question=question, answer_so_far=join_texts([s.text for s in written]),
-                                           evidence=evidence.long_text if evidence else "")
+        prediction = judged(self.decide_retrieval, "retrieve", question=question,
+                            answer_so_far=join_texts([s.text for s in written]),
+                            evidence=evidence.long_text if evidence else "")
+        if prediction is None:
+            return {"yes": 1.0, "no": 0.0, "continue": 0.0}
         return self.probabilities(prediction, "retrieve", self.RETRIEVE_LABELS)
 
     def write(self, question: str, written: Sequence[Segment], passage: Passage | None, *,
@@ -438,15 +431,15 @@ class ReflectionTokenCritics(dspy.Module):
     segments written so far and, before each new segment, `[Retrieval]<paragraph>{title}\\n{text}</paragraph>`,
     `[No Retrieval]` or `[Continue to Use Evidence]`. A segment runs until the model writes its next retrieval
     token, whose top log-probabilities decide the next retrieval; without one the answer is finished.
-    The active LM is used as it is, except that an OpenAI-compatible server (`--api-base`, or an
-    `arag.lm.completions_lm`) is called on its /v1/completions with special tokens kept (vLLM drops them
-    unless asked); the API key is read from OPENAI_API_KEY there.
+    The prompts go to the active LM's raw-prompt twin (`arag.lm.raw_prompt_lm`): an OpenAI-compatible
+    server's /v1/completions with special tokens kept (vLLM drops them unless asked; the API key is read
+    from OPENAI_API_KEY there), or a local GGUF model without its chat template.
     """
 
     def retrieval(self, question: str, written: Sequence[Segment]) -> dict[str, float]:
         if written:
             return dict(written[-1].next_retrieval)
-        _, tokens = complete_raw(raw_prompt_lm(require_lm()), instruction_prompt(question),
+        _, tokens = complete_raw(raw_prompt_lm(require_lm(), keep_special_tokens=True), instruction_prompt(question),
                                  top_logprobs=REFLECTION_TOP_LOGPROBS, max_tokens=1)
         probabilities = group_probabilities(tokens[0], RETRIEVE_TOKENS) if tokens else {}
         if not any(probabilities.values()):
@@ -462,7 +455,7 @@ class ReflectionTokenCritics(dspy.Module):
         else:
             lead = f"[Retrieval]<paragraph>{passage_block(passage)}</paragraph>"
         prompt = instruction_prompt(question) + "".join(s.transcript for s in written) + lead
-        _, tokens = complete_raw(raw_prompt_lm(require_lm()), prompt, top_logprobs=REFLECTION_TOP_LOGPROBS)
+        _, tokens = complete_raw(raw_prompt_lm(require_lm(), keep_special_tokens=True), prompt, top_logprobs=REFLECTION_TOP_LOGPROBS)
         return read_segment(tokens, lead, passage, judge_relevance=passage is not None and not continued)
 
 
@@ -521,21 +514,3 @@ def _no_reflection_tokens(what: str) -> LMError:
         "it needs a Self-RAG-trained model (e.g. selfrag/selfrag_llama2_7b) on an OpenAI-compatible server "
         "(--api-base) with /v1/completions and log-probabilities; use critics=prompted for other LMs"
     )
-
-
-def raw_prompt_lm(lm: dspy.BaseLM) -> dspy.BaseLM:
-    """The LM that takes Self-RAG's raw prompts: the server behind `lm` through /v1/completions when it has
-    one (`api_base`, or a completions engine), else `lm` itself (e.g. a scripted LM)."""
-    engine = getattr(lm, "engine", None)
-    if isinstance(engine, CompletionsEngine):
-        return _completions_lm(engine.api_base, engine.model, engine.api_key_env, engine.timeout)
-    api_base = (getattr(lm, "kwargs", None) or {}).get("api_base")
-    if api_base:
-        return _completions_lm(api_base, lm.model.partition("/")[2], "OPENAI_API_KEY", DEFAULT_TIMEOUT_S)
-    return lm
-
-
-@functools.lru_cache(maxsize=None)
-def _completions_lm(api_base: str, model: str, api_key_env: str, timeout: float) -> dspy.LM:
-    # Self-RAG's reflection tokens are special tokens, which vLLM drops unless asked to keep them.
-    return completions_lm(model, api_base, api_key_env=api_key_env, timeout=timeout, keep_special_tokens=True)

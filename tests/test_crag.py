@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import arag.programs.crag  # noqa: F401  (registers the program)
 from arag.cli import main
-from arag.errors import ConfigError, LMError
+from arag.errors import ConfigError, QuestionFailed
 from arag.programs.registry import build_program
 from arag.programs.relevance import trigger
 from arag.retrievers import BM25Retriever
@@ -165,7 +165,7 @@ def test_lm_scorer_needs_logprobs_unless_the_fallback_is_chosen():
     def no_logprobs_lm():
         return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
 
-    with pytest.raises(LMError, match="log-probabilities"):
+    with pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
         run(lm=no_logprobs_lm())
     prediction, _ = run(lm=no_logprobs_lm(), label_fallback="true")
     # yes -> +1 (Eiffel, Louvre), no -> -1 (Brie)

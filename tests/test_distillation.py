@@ -5,6 +5,7 @@ import json
 import dspy
 import pytest
 
+from arag.adapters import SchemaAdapter
 from arag.data.distillation import export_grounding, grounding_messages
 from arag.errors import DataError
 from arag.evaluate import evaluate
@@ -67,7 +68,7 @@ def test_each_grounding_call_becomes_the_exact_prompt_and_answer(tmp_path, reaso
               if step["step"] == "ground"]
     signature = dspy.ChainOfThought(GroundAnswer).predict.signature if reasoning == "cot" else GroundAnswer
     for example, step in zip(examples, traced):
-        assert dspy.ChatAdapter().parse(signature, example["messages"][2]["content"]) == step["outputs"]
+        assert SchemaAdapter().parse(signature, example["messages"][2]["content"]) == step["outputs"]
     assert ("reasoning" in traced[0]["outputs"]) == (reasoning == "cot")
 
 

@@ -78,7 +78,7 @@ def test_consecutive_failures_stop_the_run_and_keep_finished_rows(tmp_path):
         evaluate(program, examples(2), out_dir=tmp_path, progress=False)
     broken = scripted_lm(echo_item, faults=Faults(server_error=1.0, seed=1), num_retries=0)
     with dspy.context(lm=broken), pytest.raises(AragError, match="3 failed examples in a row"):
-        evaluate(program, examples(20), out_dir=tmp_path, progress=False, max_consecutive_failures=3)
+        evaluate(program, examples(20), out_dir=tmp_path, progress=False, max_errors=3)
     summary = ujson.loads((tmp_path / "summary.json").read_text())
     assert summary["complete"] is False and summary["n"] >= 5 and summary["n_failed"] >= 3
 

@@ -14,7 +14,7 @@ import arag.programs.flare  # noqa: F401  (registers flare and flare-instruct)
 from arag.cli import main
 from arag.data import load_examples
 from arag.data.corpus import load_corpus
-from arag.errors import ConfigError, LMError
+from arag.errors import ConfigError, QuestionFailed
 from arag.lm import build_lm
 from arag.programs.flare import FLARE, FLAREInstruct, split_at_search
 from arag.programs.steps import split_sentences
@@ -220,7 +220,7 @@ def test_an_endpoint_without_logprobs_gets_a_clear_error():
             return dataclasses.replace(super().complete(request), logprobs=None)
 
     lm = dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobs(plan_responder([FINAL])))
-    with dspy.context(lm=lm), pytest.raises(LMError, match="log-probabilities"):
+    with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
         FLARE(RecordingRetriever())(question=QUESTION)
 
 

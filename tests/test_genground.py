@@ -10,7 +10,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
-from arag.errors import ConfigError
+from arag.errors import ConfigError, QuestionFailed
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
 from arag.programs.registry import build_program
 from arag.retrievers import BaseRetriever, Passage
@@ -214,8 +214,9 @@ def test_yes_no_final_answers_are_normalised(stated, expected, closing_calls):
 
 def test_yes_no_closing_answer_is_typed():
     program = GenGround(RankedRetriever(), answer_type="yes_no", max_hops=1, k=3)
-    with pytest.raises(AdapterParseError):
+    with pytest.raises(QuestionFailed, match="AdapterParseError in conclude") as failure:
         run(program, responder(finish_after=None, concluded="perhaps"))
+    assert isinstance(failure.value.cause, AdapterParseError)
     prediction, _ = run(program, responder(finish_after=None, concluded="yes"), question="Is it?")
     assert prediction.answer == "yes" and steps(prediction, "stop")[0]["reason"] == "hop budget"
 

