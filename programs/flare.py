@@ -13,7 +13,9 @@ of the sentence it is about to write, with a query formed from that sentence.
 
 `flare-instruct` (FLARE-instruct): the LM, taught by the signature's instructions (and demos once
 compiled), writes [Search(query)] inline; generation stops there, the passages for that query
-replace the ones before the input, and generation continues, up to `max_searches` searches.
+replace the ones before the input, and generation continues, up to `max_searches` searches. Past
+the cap the model is told no search is left; a marker it still writes is dropped and writing goes on
+until the answer ends (at most WRITES_PAST_THE_CAP such calls).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from arag.programs.active_generation import (
 from arag.programs.base import RAGProgram
 from arag.programs.params import Param
 from arag.programs.registry import register
-from arag.programs.steps import final_answer
+from arag.programs.steps import ends_with_final_answer, final_answer
 from arag.retrievers.base import format_passages
 from arag.signatures.generation import ContinueAnswerWithSearch
 from arag.signatures.queries import QuestionForSpan
@@ -59,8 +61,9 @@ SEARCH_LOGIT_BIAS = Param(
 )
 CALL_TOKENS = Param("max_tokens", 256, "tokens per generation call, between two searches", low=8, high=8192)
 
-SEARCH_MARKER = re.compile(r"\[Search\(([^)\]]*)")
+SEARCH_MARKER = re.compile(r"\[Search\((.*?)(?:\)\]|$)", re.DOTALL)  # the query runs to ")]": titles hold "(...)"
 SEARCH_END = ")]"
+WRITES_PAST_THE_CAP = 3  # calls that may still write a search marker once the cap is reached
 
 
 @register
@@ -85,7 +88,11 @@ class FLARE(ActiveGeneration):
         if self.confident(lookahead):
             return lookahead
         answer.passages = self.search(self.queries(answer, lookahead, step), step, why="unsure look-ahead")
-        return self.draft(answer)
+        rewritten = self.draft(answer)
+        if not rewritten.text:  # the model wrote nothing from the new passages: the look-ahead stands
+            step["rewrite"] = "empty"
+            return lookahead
+        return rewritten
 
     def confident(self, lookahead: Piece) -> bool:
         """Every token above theta; a token at exactly theta triggers retrieval, as in the official
@@ -128,7 +135,7 @@ class FLAREInstruct(RAGProgram):
 
     def run(self, question: str) -> dict:
         answer = LongAnswer(question, self.retrieve(question, why="question"))
-        searches = 0
+        searches = past_the_cap = 0
         while True:
             text, query = self.write(answer, searches_left=self.max_searches - searches)
             self.note("write", index=len(answer.pieces), text=text, search=query)
@@ -138,8 +145,15 @@ class FLAREInstruct(RAGProgram):
                 stop = "the model ended its answer"
                 break
             if searches == self.max_searches:
-                stop = "the search cap is reached"
-                break
+                # At the cap the marker is dropped and writing goes on, without searching, until the answer ends.
+                past_the_cap += 1
+                if ends_with_final_answer(answer.text):
+                    stop = "the answer gave its final answer"
+                    break
+                if past_the_cap > WRITES_PAST_THE_CAP:
+                    stop = "the model kept searching past the cap"
+                    break
+                continue
             answer.passages = self.retrieve(query or question, why="search marker")
             searches += 1
         self.note("stop", reason=stop, searches=searches)
@@ -182,7 +196,8 @@ def low_confidence_spans(tokens: Sequence[TokenLogprob], beta: float) -> list[st
 
 
 def split_at_search(text: str) -> tuple[str, str | None]:
-    """The text before the first [Search(query)] marker and the query (None when there is no marker)."""
+    """The text before the first [Search(query)] marker and the query, read up to the closing ")]" or the end
+    of the text, where generation stopped (None when there is no marker)."""
     marker = SEARCH_MARKER.search(text)
     if marker is None:
         return text.strip(), None

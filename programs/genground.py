@@ -1,5 +1,9 @@
 """GenGround (Shi et al., ACL 2024): deduce each simple sub-question's answer from the model's own
-knowledge, then ground that answer in the retrieved passages, a batch at a time."""
+knowledge, then ground that answer in the retrieved passages, a batch at a time.
+
+A deduction that is not finished but names no sub-question ends the loop with its answer (there is
+nothing to retrieve for); the paper's loop has no hop limit, here `max_hops` deductions and one
+closing call bound it."""
 
 from __future__ import annotations
 
@@ -54,8 +58,10 @@ class GenGround(RAGProgram):
             deduced = self.deduce(question=question, history=history)
             self.note("deduce", hop=hop, finished=deduced.finished, sub_question=deduced.sub_question,
                       answer=deduced.answer, **_reasoning(deduced))
-            if deduced.finished:
-                self.note("stop", reason="final answer", hops=len(history))
+            if deduced.finished or not deduced.sub_question.strip():
+                # A deduction without a sub-question has nothing to ground: its answer is the final one.
+                reason = "final answer" if deduced.finished else "no sub-question"
+                self.note("stop", reason=reason, hops=len(history))
                 return {"answer": self.finish(question, history, deduced), "hops": _dumped(history)}
             # Instructed knowledge grounding of that answer, b passages at a time.
             passages = self.retrieve(deduced.sub_question, why=f"hop {hop} sub-question")

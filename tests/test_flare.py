@@ -16,7 +16,7 @@ from arag.data import load_examples
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import build_lm
-from arag.programs.flare import FLARE, FLAREInstruct, split_at_search
+from arag.programs.flare import WRITES_PAST_THE_CAP, FLARE, FLAREInstruct, split_at_search
 from arag.programs.steps import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever, Passage
@@ -100,6 +100,20 @@ def test_theta_one_retrieves_for_every_sentence():
     assert retriever.queries == [QUESTION, "Biden studied history.", "He studied in Newark.",
                                  "So the answer is Delaware."]
     assert engine.count == prediction.lm_calls == 6  # a look-ahead and a rewrite per sentence
+
+
+def test_an_empty_rewrite_keeps_the_lookahead():
+    plan = [("Biden studied history.", 0.3), ("So the answer is Delaware.", 1.0)]
+    drafts = plan_responder(plan)
+
+    def responder(call):  # nothing at all from the passages retrieved for the unsure sentence
+        retrieved = "found for: " + QUESTION not in call.inputs["passages"]
+        return {"continuation": ""} if retrieved and not call.inputs["answer_so_far"] else drafts(call)
+
+    prediction, engine, retriever = run_flare(responder, theta=0.5, beta=0.1)
+    first = sentences(prediction)[0]
+    assert first["retrieved"] and first["rewrite"] == "empty" and first["text"] == "Biden studied history."
+    assert prediction.long_answer == "Biden studied history. So the answer is Delaware."
 
 
 def test_only_the_first_sentence_of_the_lookahead_decides():
@@ -304,20 +318,42 @@ def test_instruct_stops_at_the_search_marker_retrieves_and_continues():
                                                           None)]
 
 
-def test_instruct_caps_the_searches():
+def test_instruct_writes_on_without_searching_once_the_cap_is_reached():
+    seen = []
+
+    def respond(call):
+        seen.append(call.inputs)
+        replies = {"2": "He went to [Search(Biden college)]", "1": "and [Search(Biden college again)]",
+                   "0": "and [Search(one more)]" if len(seen) == 3 else "Delaware. So the answer is Delaware."}
+        return {"continuation": replies[call.inputs["searches_left"]]}
+
+    prediction, engine, retriever = run_instruct(respond, max_searches=2)
+    assert retriever.queries == [QUESTION, "Biden college", "Biden college again"]  # no third search
+    assert [inputs["searches_left"] for inputs in seen] == ["2", "1", "0", "0"] and engine.count == 4
+    assert prediction.trace[-2] == {"step": "stop", "reason": "the model ended its answer", "searches": 2}
+    assert prediction.long_answer == "He went to and and Delaware. So the answer is Delaware."
+    assert prediction.answer == "Delaware"
+
+
+def test_instruct_stops_a_model_that_keeps_searching_past_the_cap():
     seen = []
     responder = instruct_responder("He went to [Search(Biden college)]", "and [Search(Biden college again)]", seen)
-    prediction, engine, retriever = run_instruct(responder, max_searches=2)
-    assert engine.count == 3 and retriever.queries == [QUESTION, "Biden college", "Biden college again"]
-    assert [inputs["searches_left"] for inputs in seen] == ["2", "1", "0"]
-    assert prediction.trace[-2] == {"step": "stop", "reason": "the search cap is reached", "searches": 2}
-    assert prediction.long_answer == "He went to and and"
+    prediction, engine, retriever = run_instruct(responder, max_searches=1)
+    assert retriever.queries == [QUESTION, "Biden college"]
+    assert engine.count == 2 + WRITES_PAST_THE_CAP
+    assert prediction.trace[-2]["reason"] == "the model kept searching past the cap"
 
 
 def test_split_at_search_drops_whatever_follows_the_marker():
     assert split_at_search("Red is for [Search(Ghana flag red)] the blood") == ("Red is for", "Ghana flag red")
     assert split_at_search("Red is for [Search(Ghana flag red") == ("Red is for", "Ghana flag red")
     assert split_at_search("No search here.") == ("No search here.", None)
+
+
+def test_a_search_query_keeps_its_parentheses():
+    assert split_at_search("It was [Search(Hypocrite (film) director)] who") == ("It was", "Hypocrite (film) director")
+    # generation stops at ")]", so the marker arrives unclosed
+    assert split_at_search("It was [Search(Hypocrite (film) director") == ("It was", "Hypocrite (film) director")
 
 
 def test_instruct_sends_logit_bias_only_when_set():

@@ -285,3 +285,15 @@ def test_arag_eval_runs_genground_over_a_loopback_server(dataset, params, metric
     assert summary["program"] == "genground" and metric in summary["metrics"] and summary["n"] == 2
     assert summary["params"] == {"k": 10, "batch_size": 3, "max_hops": 7,
                                  "answer_type": "yes_no" if params else "short", "reasoning": "cot"}
+
+
+def test_a_deduction_without_a_sub_question_ends_with_its_answer_and_retrieves_nothing():
+    def respond(call):
+        if "finished" in call.output_fields:
+            return _with_reasoning(call, {"finished": False, "sub_question": "  ", "answer": "Paris"})
+        raise AssertionError(f"nothing but the deduction may be called: {call.output_fields}")
+
+    retriever = RankedRetriever()
+    prediction, _ = run(GenGround(retriever, k=3), respond)
+    assert retriever.queries == [] and prediction.answer == "Paris"
+    assert steps(prediction, "stop")[0]["reason"] == "no sub-question"
