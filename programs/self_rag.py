@@ -10,8 +10,9 @@ For each segment t and each path y<t in the beam:
 3. Score each candidate f = S + w_rel * rel + w_sup * sup + w_use * use, with the official definitions:
    rel = p(relevant); sup = p(fully) + 0.5 * p(partially); use = sum_i w_i * p(utility i) with
    w = (-1, -0.5, 0, 0.5, 1); each group's probabilities normalised over the group's labels, and a group
-   that was not judged counts 0. S is the candidate's mean token log-probability, the paper's
-   log p(y_t | x, d, y<t) normalised by length as the official code does (before it exponentiates).
+   that was not judged counts 0. S is the candidate's probability p(y_t | x, d, y<t) as the paper writes
+   it, length-normalised as the official code computes it (run_short_form.py: exp of the mean token
+   log-probability, a geometric mean in (0, 1]); the trace keeps the mean log-probability beside it.
    With `hard_constraints`, candidates judged irrelevant or unsupported are dropped; when none is left
    the path continues without evidence.
 4. Keep the best `beam_width` unfinished paths, ranked by the mean f of their segments; stop after
@@ -23,7 +24,7 @@ Critiques come from one of two back-ends with the same interface (`Critics`):
 - `prompted`: typed signatures on any chat LM; a label's probability is read from the log-probabilities
   of the label's first token and normalised over the label set (`arag.lm.label_probabilities`).
   `assume_chosen_label` serves LMs without log-probabilities: they are not requested, the chosen label
-  gets probability 1 and every generated token probability 1 (S = 0).
+  gets probability 1 and every generated token probability 1 (S = 1).
 - `reflection-tokens`: a Self-RAG-trained model (e.g. selfrag/selfrag_llama2_7b served by vLLM) prompted
   in its own `### Instruction: ... ### Response:` format through /v1/completions; the probability of each
   reflection token is read from the top log-probabilities at the position where the model wrote its group.
@@ -178,13 +179,14 @@ class SelfRAG(RAGProgram):
             segment = replace(segment, critiques={**segment.critiques,
                                                   "relevance": path[-1].segment.critiques["relevance"]})
         parts = critique_scores(segment.critiques)
-        score = (segment.sequence_score + self.w_rel * parts["relevance"] + self.w_sup * parts["support"]
+        score = (math.exp(segment.sequence_score) + self.w_rel * parts["relevance"] + self.w_sup * parts["support"]
                  + self.w_use * parts["utility"])
         child = Candidate(f"{path[-1].id}.{number}" if path else str(number), segment, score,
                           done=segment.finished or last)
         extended = (*path, child)
         self.note("candidate", id=child.id, depth=depth, passage=passage and passage.id, continued=continued,
                   text=segment.text, sequence_score=round(segment.sequence_score, 6),
+                  sequence_prob=round(math.exp(segment.sequence_score), 6),
                   critiques={group: rounded(probs) for group, probs in segment.critiques.items()},
                   **{name: round(value, 6) for name, value in parts.items()},
                   score=round(score, 6), path_score=round(path_score(extended), 6), done=child.done)

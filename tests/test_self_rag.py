@@ -123,7 +123,8 @@ def expected_prompted_score(logprobs, w_rel=1.0, w_sup=1.0, w_use=0.5):
     support = support_p["fully"] + 0.5 * support_p["partially"]
     utility = sum(UTILITY_WEIGHTS[g] * p for g, p in normalised(logprobs["utility"]).items())
     sequence = sum(logprobs["continuation"]) / len(logprobs["continuation"])
-    return sequence + w_rel * relevance + w_sup * support + w_use * utility, (relevance, support, utility, sequence)
+    return (math.exp(sequence) + w_rel * relevance + w_sup * support + w_use * utility,
+            (relevance, support, utility, sequence))
 
 
 def test_prompted_scores_match_the_hand_computation():
@@ -150,6 +151,19 @@ def test_prompted_scores_match_the_hand_computation():
     assert pred.retrieval_calls == 1 and pred.distinct_passages == 2
 
 
+def test_an_unsure_but_supported_candidate_beats_a_fluent_irrelevant_one():
+    """S is a probability, as in the paper and the official code: tokens at p = 0.02 cost at most 1 point, where
+    their mean log-probability (-3.9) would outweigh every critique and pick the irrelevant candidate."""
+    unsure_shirley = {**SHIRLEY_LOGPROBS, "continuation": [math.log(0.02)] * 3}
+    fluent_radio = {**RADIO_LOGPROBS, "continuation": [-0.01, -0.01]}
+    answers = {"Shirley": ("Chief of Protocol", unsure_shirley), "Meet Corliss": ("Radio host", fluent_radio)}
+    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2)
+    with dspy.context(lm=scripted_lm(prompted_responder(answers))):
+        pred = program(question=QUESTION)
+    assert candidate(pred, "1")["sequence_prob"] == pytest.approx(0.02, abs=1e-4)
+    assert pred.answer == "Chief of Protocol"
+
+
 def test_weights_change_the_choice():
     # A radio answer that is more fluent than the Shirley one wins once the critiques weigh nothing.
     fluent_radio = {**RADIO_LOGPROBS, "continuation": [-0.01, -0.01]}
@@ -158,7 +172,7 @@ def test_weights_change_the_choice():
     with dspy.context(lm=scripted_lm(prompted_responder(answers))):
         pred = program(question=QUESTION)
     assert pred.answer == "Radio host"
-    assert candidate(pred, "2")["score"] == pytest.approx(-0.01, abs=1e-6)
+    assert candidate(pred, "2")["score"] == pytest.approx(math.exp(-0.01), abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +237,7 @@ def expected_reflection_score(pieces):
     utility_p = normalised(next(g for t, g in groups.items() if t.startswith("[Utility")))
     utility = sum(UTILITY_WEIGHTS[t[-2]] * p for t, p in utility_p.items())
     sequence = sum(piece[1] for piece in pieces) / len(pieces)  # reflection tokens are part of y_t
-    return sequence + relevance + support + 0.5 * utility
+    return math.exp(sequence) + relevance + support + 0.5 * utility
 
 
 def check_reflection_run(pred):
@@ -457,7 +471,7 @@ def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed
     step = candidate(pred, "1")
     assert step["critiques"]["support"] == {"fully": 0.0, "partially": 1.0, "no": 0.0}
     assert (step["relevance"], step["support"], step["utility"], step["sequence_score"]) == (1.0, 0.5, 0.5, 0.0)
-    assert step["score"] == pytest.approx(1.0 + 0.5 + 0.5 * 0.5)
+    assert step["score"] == pytest.approx(1.0 + 1.0 + 0.5 + 0.5 * 0.5)  # S = p = 1
     assert steps(pred, "retrieval_decision")[0]["p_retrieve"] == 1.0
 
 
