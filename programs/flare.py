@@ -6,8 +6,15 @@ of the sentence it is about to write, with a query formed from that sentence.
   2. Each step, draft the next sentence without new retrieval (`lookahead_tokens` tokens, first
      sentence kept), with the probability of each of its tokens.
   3. Every token above theta: keep the draft. Otherwise form queries from it and retrieve:
-     `masked`, the draft without its tokens below beta; or `questions`, one question written by
-     the LM per maximal span of tokens below beta. Then write the sentence again from the new passages.
+     `masked`, the draft without its tokens at or below beta; or `questions`, one question written by
+     the LM per unsure term (tokens at or below beta fewer than 5 tokens apart, joined and widened to
+     whole words), a question that does not end in "?" dropped, the draft itself when none is left.
+     Then write the sentence again from the new passages.
+
+Where this follows the official code (jzbjyb/FLARE, src/templates.py and src/models.py) rather than the
+paper's text: a token at exactly theta triggers retrieval and one at exactly beta is masked (`<=` both);
+unsure tokens fewer than 5 apart form one term. The official code widens a term to its phrase with an
+extra LM call; here it is widened to whole words, with no call.
   4. Stop when the model ends its answer or `max_tokens` are spent; `answer` is read from the
      long answer's "So the answer is X.", which stays in `long_answer`.
 
@@ -61,6 +68,8 @@ SEARCH_LOGIT_BIAS = Param(
 )
 CALL_TOKENS = Param("max_tokens", 256, "tokens per generation call, between two searches", low=8, high=8192)
 
+TERM_GAP = 5  # unsure tokens fewer than this many tokens apart make one term (the official code's min_gap)
+
 SEARCH_MARKER = re.compile(r"\[Search\((.*?)(?:\)\]|$)", re.DOTALL)  # the query runs to ")]": titles hold "(...)"
 SEARCH_END = ")]"
 WRITES_PAST_THE_CAP = 3  # calls that may still write a search marker once the cap is reached
@@ -108,7 +117,11 @@ class FLARE(ActiveGeneration):
             spans = low_confidence_spans(lookahead.tokens, self.beta)
             step["spans"] = spans
             context = f"{answer.text} {lookahead.text}".strip()
-            queries = [self.write_question(text=context, span=span).question for span in spans] or [lookahead.text]
+            asked = [self.write_question(text=context, span=span).question.strip() for span in spans]
+            queries = [question for question in asked if question.endswith("?")] or [lookahead.text]
+            dropped = [question for question in asked if not question.endswith("?")]
+            if dropped:
+                step["dropped_questions"] = dropped
         if self.query_with_question:
             queries = [f"{answer.question} {query}" for query in queries]
         return [query.strip() or answer.question for query in queries]
@@ -177,22 +190,35 @@ class FLAREInstruct(RAGProgram):
 
 
 def masked_query(tokens: Sequence[TokenLogprob], beta: float) -> str:
-    """The tokens with probability at least beta, in order; each masked token leaves a space."""
-    return " ".join("".join(token.token if token.prob >= beta else " " for token in tokens).split())
+    """The tokens with probability above beta, in order; each masked token (p <= beta) leaves a space."""
+    return " ".join("".join(token.token if token.prob > beta else " " for token in tokens).split())
 
 
 def low_confidence_spans(tokens: Sequence[TokenLogprob], beta: float) -> list[str]:
-    """The maximal runs of consecutive tokens with probability below beta (those with a letter or digit)."""
-    spans, run = [], []
-    for token in tokens:
-        if token.prob < beta:
-            run.append(token.token)
-        elif run:
-            spans.append("".join(run))
-            run = []
-    if run:
-        spans.append("".join(run))
-    return [span.strip() for span in spans if any(char.isalnum() for char in span)]
+    """The terms to ask about: tokens at or below beta, joined with the tokens between them when fewer than
+    TERM_GAP tokens apart, widened to whole words; terms without a letter or digit are dropped."""
+    groups: list[list[int]] = []
+    last_low = None
+    for index, token in enumerate(tokens):
+        if token.prob <= beta:
+            if last_low is not None and index - last_low < TERM_GAP:
+                groups[-1][1] = index + 1
+            else:
+                groups.append([index, index + 1])
+            last_low = index
+    terms = []
+    for start, end in groups:
+        while start > 0 and _inside_word(tokens[start - 1].token, tokens[start].token):
+            start -= 1
+        while end < len(tokens) and _inside_word(tokens[end - 1].token, tokens[end].token):
+            end += 1
+        terms.append("".join(token.token for token in tokens[start:end]).strip())
+    return [term for term in terms if any(char.isalnum() for char in term)]
+
+
+def _inside_word(left: str, right: str) -> bool:
+    """Whether two adjacent tokens join inside one word ("Penn" + "sylvania")."""
+    return bool(left) and bool(right) and left[-1].isalnum() and right[0].isalnum()
 
 
 def split_at_search(text: str) -> tuple[str, str | None]:

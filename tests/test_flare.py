@@ -1,6 +1,7 @@
 """FLARE-direct and FLARE-instruct: when they retrieve, what they retrieve with, what they cost."""
 
 import dataclasses
+import math
 import random
 import uuid
 import zlib
@@ -15,8 +16,8 @@ from arag.cli import main
 from arag.data import load_examples
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, QuestionFailed
-from arag.lm import build_lm
-from arag.programs.flare import WRITES_PAST_THE_CAP, FLARE, FLAREInstruct, split_at_search
+from arag.lm import TokenLogprob, build_lm
+from arag.programs.flare import WRITES_PAST_THE_CAP, FLARE, FLAREInstruct, low_confidence_spans, split_at_search
 from arag.programs.steps import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever, Passage
@@ -140,12 +141,12 @@ def test_a_token_at_exactly_theta_triggers_retrieval():
     "beta, query",
     [
         (0.0, "Joe Biden attended the University of Pennsylvania."),
-        (0.4, "Joe Biden attended of ."),  # " of" sits exactly at beta and stays
-        (0.95, "Joe"),
+        (0.4, "Joe Biden attended ."),  # " of" sits exactly at beta and is masked, as in the official code
+        (0.92, "Joe"),
         (0.99, QUESTION),  # everything masked: the question is the query
     ],
 )
-def test_masked_query_holds_exactly_the_tokens_at_or_above_beta(beta, query):
+def test_masked_query_holds_exactly_the_tokens_above_beta(beta, query):
     prediction, _, retriever = run_flare(plan_responder([Tokens(BIDEN), FINAL]), theta=0.8, beta=beta)
     assert retriever.queries == [QUESTION, query]
     assert sentences(prediction)[0]["queries"] == [query]
@@ -153,22 +154,46 @@ def test_masked_query_holds_exactly_the_tokens_at_or_above_beta(beta, query):
 
 def test_query_with_question_prepends_the_question():
     _, _, retriever = run_flare(plan_responder([Tokens(BIDEN), FINAL]), query_with_question=True)
-    assert retriever.queries == [QUESTION, f"{QUESTION} Joe Biden attended of ."]
+    assert retriever.queries == [QUESTION, f"{QUESTION} Joe Biden attended ."]
 
 
-def test_questions_mode_asks_one_question_per_low_confidence_span():
+def test_questions_mode_asks_one_question_per_unsure_term():
     asked = []
     prediction, engine, retriever = run_flare(
-        plan_responder([Tokens(BIDEN), FINAL], questions=asked), query_mode="questions", beta=0.4
+        plan_responder([Tokens(BIDEN), FINAL], questions=asked), query_mode="questions", beta=0.3
     )
     lookahead = "Joe Biden attended the University of Pennsylvania."
-    assert asked == [(lookahead, "the University"), (lookahead, "Pennsylvania")]
-    assert retriever.queries == [QUESTION, "What is the University?", "What is Pennsylvania?"]
+    # " the" and " University" are two tokens apart from " Pennsylvania": one term, tokens between included
+    assert asked == [(lookahead, "the University of Pennsylvania")]
+    assert retriever.queries == [QUESTION, "What is the University of Pennsylvania?"]
     step = sentences(prediction)[0]
-    assert step["spans"] == ["the University", "Pennsylvania"] and step["retrieved"]
-    # both questions' passages, merged rank by rank, k of them
-    assert step["passage_ids"] == ["What is the University?#0", "What is Pennsylvania?#0"]
-    assert engine.count == prediction.lm_calls == 2 + 2 + 1  # look-aheads + questions + one rewrite
+    assert step["spans"] == ["the University of Pennsylvania"] and step["retrieved"]
+    assert step["passage_ids"] == ["What is the University of Pennsylvania?#0", "What is the University of Pennsylvania?#1"]
+    assert engine.count == prediction.lm_calls == 2 + 1 + 1  # look-aheads + one question + one rewrite
+
+
+def unsure(*pieces):
+    return [TokenLogprob(text, math.log(prob)) for text, prob in pieces]
+
+
+def test_unsure_terms_are_whole_words_and_far_apart_tokens_make_separate_terms():
+    tokens = unsure((" He", 0.9), (" studied", 0.9), (" at", 0.9), (" Penn", 0.1), ("sylvania", 0.9), (" and", 0.9),
+                    (" then", 0.9), (" moved", 0.9), (" to", 0.9), (" Wil", 0.9), ("ming", 0.2), ("ton", 0.9),
+                    (" in", 0.9), (" 1970", 0.3), (",", 0.1))
+    assert low_confidence_spans(tokens, 0.3) == ["Pennsylvania", "Wilmington in 1970,"]
+    assert low_confidence_spans(unsure((" a", 0.9), (",", 0.1), (" b", 0.9)), 0.3) == []  # punctuation alone
+
+
+def test_questions_that_are_not_questions_are_dropped():
+    def respond(call):
+        if call.output_fields == ["question"]:
+            return {"question": "Pennsylvania is a state."}
+        return plan_responder([Tokens(BIDEN), FINAL])(call)
+
+    prediction, _, retriever = run_flare(respond, query_mode="questions", beta=0.3)
+    lookahead = "Joe Biden attended the University of Pennsylvania."
+    assert retriever.queries == [QUESTION, lookahead]  # no question left: the look-ahead is the query
+    assert sentences(prediction)[0]["dropped_questions"] == ["Pennsylvania is a state."]
 
 
 def test_questions_mode_without_a_span_below_beta_queries_with_the_lookahead():
