@@ -13,7 +13,12 @@ space-insensitively) is refused and asked for once more, telling the LM which qu
 made its two query calls and nothing else).
 
 Passages are deduplicated by id across steps: each update sees only the passages not retrieved
-before, and RP counts distinct passages. When the LM returns log-probabilities (an LM built with
+before, and RP counts distinct passages.
+
+`query_style=paper` (default) follows the paper: one query per iteration, P_t = ret(q_t, k), and RP may
+end above T_RP by up to k-1 (the rule is checked before each iteration). `query_style=official` follows
+the official code (thunlp/Adaptive-Note, src/main.py): two queries per iteration, each retrieved with
+"query\nquestion", and the last retrieval trimmed so that RP never exceeds T_RP. When the LM returns log-probabilities (an LM built with
 `logprobs=True, top_logprobs=k`), the trace records the reviewer's probability that the new note
 is better (`p_better`, normalised over True/False); without them the verdict is recorded alone.
 """
@@ -37,6 +42,7 @@ from arag.retrievers import dedup, format_passages
 from arag.signatures.notes import (
     AnswerFromNote,
     CompareNotes,
+    ProposeNextQueries,
     ProposeNextQuery,
     UpdateNote,
     WriteLongAnswerFromNote,
@@ -47,7 +53,11 @@ T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best
 T_CI = Param("t_ci", 3, "stop after this many collection iterations", low=1, high=10)
 T_RP = Param("t_rp", 15, "stop once this many distinct passages were retrieved", low=1, high=100)
 QUERY_WITH_QUESTION = Param("query_with_question", False,
-                            "retrieve with the new query followed by the question instead of the query alone")
+                            "retrieve with the new query followed by the question instead of the query alone "
+                            "(query_style=official always does)")
+QUERY_STYLE = Param("query_style", "paper", "paper: one query per iteration, retrieved alone; official: two, "
+                    "each retrieved with the question, the last retrieval trimmed to T_RP",
+                    choices=("paper", "official"), tunable=False)
 ANSWER_STYLE = Param("answer_style", "short", "a few words (multi-hop QA) or a guided long form (long-form QA)",
                      choices=("short", "long"), tunable=False)
 
@@ -57,12 +67,12 @@ REPEATED_QUERY = "repeated_query"
 @register
 class AdaptiveNote(RAGProgram):
     name = "adaptive-note"
-    params = (T_IU, T_CI, T_RP, K, QUERY_WITH_QUESTION, ANSWER_STYLE)
+    params = (T_IU, T_CI, T_RP, K, QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.write_note = dspy.Predict(WriteNote)
-        self.propose_query = dspy.Predict(ProposeNextQuery)
+        self.propose_query = dspy.Predict(ProposeNextQuery if self.query_style == "paper" else ProposeNextQueries)
         self.update_note = dspy.Predict(UpdateNote)
         self.compare_notes = dspy.Predict(CompareNotes)
         self.generate_answer = dspy.Predict(AnswerFromNote if self.answer_style == "short" else WriteLongAnswerFromNote)
@@ -78,18 +88,21 @@ class AdaptiveNote(RAGProgram):
         invalid_updates = iterations = 0
         while not (stop := self.stop_reason(invalid_updates, iterations, len(seen))):
             # Iterative information collection: q_t not in Q_ask, P_t = ret(q_t, k), N_t.
-            query = self.next_query(question, best_note, asked, iterations + 1)
-            if query is None:
+            queries = self.next_queries(question, best_note, asked, iterations + 1)
+            if not queries:
                 stop = REPEATED_QUERY
                 break
-            asked.append(query)
+            asked.extend(queries)
             iterations += 1
-            retrieved = self.retrieve(self.search_text(query, question), why="next query")
-            new = dedup(retrieved, seen)
+            retrieved = [p for q in queries for p in self.retrieve(self.search_text(q, question), why="next query")]
+            new = dedup(retrieved, set(seen))
+            if self.query_style == "official":
+                new = new[: max(self.t_rp - len(seen), 0)]
+            seen.update(p.id for p in new)
             note = self.update_note(question=question, note=best_note, passages=format_passages(new)).updated_note
             new_ids = [p.id for p in new]
-            self.note("note", iteration=iterations, query=query, new_ids=new_ids,
-                      seen_ids=[p.id for p in retrieved if p.id not in new_ids], note=note)
+            self.note("note", iteration=iterations, query=" | ".join(queries), new_ids=new_ids,
+                      seen_ids=list(dict.fromkeys(p.id for p in retrieved if p.id not in new_ids)), note=note)
 
             # Adaptive memory review: N_t -> M_opt when better, else an invalid update.
             if self.review(question, best_note, note, iterations):
@@ -113,22 +126,32 @@ class AdaptiveNote(RAGProgram):
             return "t_rp"
         return None
 
-    def next_query(self, question: str, best_note: str, asked: list[str], iteration: int) -> str | None:
-        """A query not yet asked; one retry after a repeat, then None."""
+    def next_queries(self, question: str, best_note: str, asked: list[str], iteration: int) -> list[str]:
+        """New queries (one, or two in the official style); one retry when every proposal repeats an asked
+        query, then none."""
         asked_keys = {query_key(q) for q in asked}
-        rejected = ""
+        rejected: list[str] = []
         for _ in range(2):
-            query = self.propose_query(question=question, note=best_note, asked_queries=asked,
-                                       rejected_query=rejected).query.strip()
-            repeated = query_key(query) in asked_keys
-            self.note("query", iteration=iteration, query=query, repeated=repeated)
-            if not repeated:
-                return query
-            rejected = query
-        return None
+            if self.query_style == "paper":
+                proposed = [self.propose_query(question=question, note=best_note, asked_queries=asked,
+                                               rejected_query=rejected[0] if rejected else "").query]
+            else:
+                proposed = self.propose_query(question=question, note=best_note, asked_queries=asked,
+                                              rejected_queries=rejected).queries
+            fresh = []
+            for query in (q.strip() for q in proposed):
+                repeated = query_key(query) in asked_keys or query_key(query) in {query_key(f) for f in fresh}
+                self.note("query", iteration=iteration, query=query, repeated=repeated)
+                if not repeated:
+                    fresh.append(query)
+            if fresh:
+                return fresh
+            rejected = [q.strip() for q in proposed]
+        return []
 
     def search_text(self, query: str, question: str) -> str:
-        return f"{query}\n{question}" if self.query_with_question else query
+        with_question = self.query_with_question or self.query_style == "official"
+        return f"{query}\n{question}" if with_question else query
 
     def review(self, question: str, best_note: str, new_note: str, iteration: int) -> bool:
         """f_c(N_t, M_opt): is the new note better? Recorded with its probability when log-probabilities exist;

@@ -32,6 +32,21 @@ class ProposeNextQuery(dspy.Signature):
     query: str = dspy.OutputField(desc="one new search query")
 
 
+class ProposeNextQueries(dspy.Signature):
+    """Read the note kept so far for the question and decide what is still missing to answer it:
+    unknown entities, facts one step further along the chain, aspects not yet covered.
+    Write two short search queries, rich in keywords and different from each other, that would
+    retrieve that missing knowledge. They must differ from every query already asked. If
+    `rejected_queries` is not empty, you proposed them a moment ago and they repeat asked queries:
+    propose others."""
+
+    question: str = dspy.InputField()
+    note: str = dspy.InputField(desc="the best note so far")
+    asked_queries: list[str] = dspy.InputField(desc="queries already searched")
+    rejected_queries: list[str] = dspy.InputField(desc="your previous proposals, refused as repeats")
+    queries: list[str] = dspy.OutputField(desc="two new search queries")
+
+
 class UpdateNote(dspy.Signature):
     """Extend the note with what the new passages add for answering the question.
     Faithful: copy facts in the passages' own wording rather than paraphrasing or guessing.

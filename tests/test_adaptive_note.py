@@ -44,7 +44,7 @@ class NoteScript:
         self.verdicts = list(verdicts)
         self.queries = list(queries) if queries is not None else None
         self.verdict_token = verdict_token
-        self.calls = {"note": [], "query": [], "updated_note": [], "better": [], "answer": []}
+        self.calls = {"note": [], "query": [], "queries": [], "updated_note": [], "better": [], "answer": []}
 
     def __call__(self, call):
         (kind, *_) = call.output_fields
@@ -54,6 +54,9 @@ class NoteScript:
         if kind == "query":
             index = len(self.calls["query"]) - 1
             return {"query": self.queries[index] if self.queries is not None else f"q{index + 1}"}
+        if kind == "queries":  # the official style: two at a time
+            index = 2 * len(self.calls["queries"]) - 1
+            return {"queries": [f"q{index}", f"q{index + 1}"]}
         if kind == "updated_note":
             return {"updated_note": f"N{len(self.calls['updated_note'])}"}
         if kind == "better":
@@ -244,10 +247,22 @@ def test_the_answer_style_picks_the_generator(style, signature):
 # --- parameters, compiling -------------------------------------------------------------------------
 
 
+def test_the_official_style_asks_two_queries_with_the_question_and_trims_rp_to_t_rp():
+    retriever = PagedRetriever()
+    prediction, lm = run(NoteScript(verdicts=[True] * 5), retriever, query_style="official", k=3, t_rp=10, t_ci=5)
+    assert retriever.queries[:3] == [QUESTION, f"q1\n{QUESTION}", f"q2\n{QUESTION}"]
+    assert steps(prediction, "stop")[0]["distinct_passages"] == 10  # the passages read never exceed T_RP
+    notes = steps(prediction, "note")
+    assert [len(n["new_ids"]) for n in notes] == [3, 6, 1]  # the second iteration's 6 new passages, cut to 1
+    assert prediction.stop_reason == "t_rp"
+    paper, _ = run(NoteScript(verdicts=[True] * 5), PagedRetriever(), k=3, t_rp=10, t_ci=5)
+    assert steps(paper, "stop")[0]["distinct_passages"] == 12  # the paper's rule, checked before each iteration
+
+
 def test_parameters_default_to_the_paper_and_are_validated():
     program = build_program("adaptive-note", PagedRetriever())
     assert program.config == {"t_iu": 1, "t_ci": 3, "t_rp": 15, "k": 5, "query_with_question": False,
-                              "answer_style": "short"}
+                              "query_style": "paper", "answer_style": "short"}
     from_cli = build_program("adaptive-note", PagedRetriever(), t_iu="2", t_rp="20", query_with_question="yes")
     assert (from_cli.t_iu, from_cli.t_rp, from_cli.query_with_question) == (2, 20, True)
     for bad, name in [({"t_iu": 0}, "t_iu"), ({"t_ci": "many"}, "t_ci"), ({"t_rp": 0}, "t_rp"), ({"k": 0}, "k"),
