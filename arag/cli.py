@@ -57,6 +57,8 @@ def programs_command() -> None:
         click.echo(f"{name}  — {(cls.__doc__ or sys.modules[cls.__module__].__doc__ or '').strip().splitlines()[0]}")
         for param in cls.params:
             click.echo(f"    {param.describe()}")
+        for preset, values in cls.presets.items():
+            click.echo(f"    preset {preset}: {', '.join(f'{k}={v}' for k, v in values.items())}")
 
 
 @main.group("index")
@@ -99,6 +101,8 @@ def serve_command(index: str, host: str, port: int) -> None:
 @lm_options
 @click.option("--param", "param_pairs", multiple=True, help="Program parameter key=value (repeatable).")
 @click.option("--params-file", type=click.Path(), help="JSON file of program parameters (e.g. from `arag tune`).")
+@click.option("--preset", help="A named parameter set of the program (see `arag programs`), e.g. official-popqa "
+                               "for crag; --param and --params-file values win over it.")
 @click.option("--fair-k-from", type=click.Path(),
               help="Set k to the mean distinct passages per question of this earlier run (folder or summary.json), "
                    "e.g. single-rag given as many passages as an adaptive-note run (\"fair top-k\").")
@@ -111,8 +115,8 @@ def serve_command(index: str, host: str, port: int) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
 def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None,
                  retriever_spec: str | None, lm_setup: LMSetup, param_pairs: tuple[str, ...], params_file: str | None,
-                 fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int, max_errors: int,
-                 out_dir: str) -> None:
+                 preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None,
+                 threads: int, max_errors: int, out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
     import dspy
 
@@ -132,7 +136,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     if not program_name:
         raise ConfigError("give --program NAME (see `arag programs`) or --compiled FILE")
     cls = get_program(program_name)
-    given = given_params(params_file, param_pairs)
+    given = cls.with_preset(preset, given_params(params_file, param_pairs))
     if fair_k_from:
         given["k"] = fair_top_k(fair_k_from)
     params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)

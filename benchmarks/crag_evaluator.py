@@ -56,9 +56,9 @@ def main(pairs_path, limit, scorers, lm_spec, api_base, label_fallback, alphas):
         labels = [pair.relevant for pair in pairs]
         click.echo(f"\nscorer {spec}: ROC-AUC {roc_auc(scores, labels):.4f}  "
                    f"({elapsed:.1f} s, {1000 * elapsed / len(pairs):.1f} ms per pair)")
-        click.echo("  alpha   upper    lower   S_upper  S_lower  correct  ambiguous  incorrect (share of pairs)")
+        click.echo("  alpha   upper    lower   S_upper  S_lower  correct  ambiguous  incorrect (share of questions)")
         for alpha in alphas or (0.0, 0.5, DEFAULT_ALPHA, 2.0):
-            fit = fit_thresholds(scores, labels, alpha)
+            fit = fit_thresholds(scores, labels, alpha, questions=[pair.question for pair in pairs])
             click.echo(f"  {alpha:5.2f}  {fit.upper:+.4f}  {fit.lower:+.4f}  {fit.s_upper:7.4f}  {fit.s_lower:7.4f}"
                        f"  {fit.correct_share:7.3f}  {fit.ambiguous_share:9.3f}  {fit.incorrect_share:9.3f}")
 

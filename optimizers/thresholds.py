@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from itertools import chain
 from pathlib import Path
 
@@ -31,6 +32,7 @@ import numpy as np
 from arag.data import load_examples
 from arag.data._io import base_suffix, iter_jsonl
 from arag.errors import ConfigError, DataError
+from arag.programs.relevance import CORRECT, INCORRECT, trigger
 
 DEFAULT_ALPHA = 1.0
 SIDES = ("upper", "lower")
@@ -45,7 +47,7 @@ class LabelledPair:
 
 @dataclass(frozen=True)
 class ThresholdFit:
-    """Fitted thresholds, the objective each reaches, and the share of pairs each action would take."""
+    """Fitted thresholds, the objective each reaches, and the share of questions each action would take."""
 
     upper: float
     lower: float
@@ -102,8 +104,11 @@ def candidate_thresholds(scores: Sequence[float]) -> np.ndarray:
     return np.unique(np.concatenate([[-1.0], (distinct[:-1] + distinct[1:]) / 2, [1.0]]))
 
 
-def fit_thresholds(scores: Sequence[float], relevant: Sequence[bool], alpha: float = DEFAULT_ALPHA) -> ThresholdFit:
-    """The upper and lower thresholds maximising S, each for its own decision."""
+def fit_thresholds(scores: Sequence[float], relevant: Sequence[bool], alpha: float = DEFAULT_ALPHA,
+                   questions: Sequence[str] | None = None) -> ThresholdFit:
+    """The upper and lower thresholds maximising S, each for its own decision, and the share of questions each
+    action would take: Correct when some of a question's passages scores >= upper, Incorrect when all score
+    < lower. `questions` names each pair's question (without it, every pair counts as a question of its own)."""
     if alpha < 0:
         raise ConfigError(f"alpha must be non-negative, got {alpha}")
     scores_array, labels = _arrays(scores, relevant)
@@ -113,14 +118,22 @@ def fit_thresholds(scores: Sequence[float], relevant: Sequence[bool], alpha: flo
     best_upper = int(np.flatnonzero(s_upper == s_upper.max())[-1])
     best_lower = int(np.flatnonzero(s_lower == s_lower.max())[0])
     upper, lower = float(candidates[best_upper]), float(candidates[best_lower])
+    if questions is None:
+        questions = range(len(scores_array))
+    elif len(questions) != len(scores_array):
+        raise ConfigError(f"questions must name the question of each of the {len(scores_array)} pairs, got {len(questions)}")
+    by_question: dict[Any, list[float]] = {}
+    for question, score in zip(questions, scores_array):
+        by_question.setdefault(question, []).append(float(score))
+    actions = [trigger(question_scores, upper, min(lower, upper)) for question_scores in by_question.values()]
     return ThresholdFit(
         upper=upper,
         lower=lower,
         alpha=alpha,
         s_upper=float(s_upper[best_upper]),
         s_lower=float(s_lower[best_lower]),
-        correct_share=float(np.mean(scores_array >= upper)),
-        incorrect_share=float(np.mean(scores_array < lower)),
+        correct_share=actions.count(CORRECT) / len(actions),
+        incorrect_share=actions.count(INCORRECT) / len(actions),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import dspy
 
@@ -26,17 +26,28 @@ class RAGProgram(dspy.Module):
 
     name: ClassVar[str]
     params: ClassVar[Sequence[Param]] = ()
+    presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}  # named parameter sets, e.g. an official setting
     needs_retriever: ClassVar[bool] = True
 
-    def __init__(self, retriever: Retriever | None = None, **params: Any) -> None:
+    def __init__(self, retriever: Retriever | None = None, *, preset: str | None = None, **params: Any) -> None:
         super().__init__()
         if self.needs_retriever and retriever is None:
             raise ConfigError(f"program {self.name!r} needs a retriever: pass --corpus PATH or --retriever SPEC")
         self.retriever = retriever
-        self.config = resolve_params(self.params, params, self.name)
+        self.config = resolve_params(self.params, self.with_preset(preset, params), self.name)
         self.check_params(self.config)
         for key, value in self.config.items():
             setattr(self, key, value)
+
+    @classmethod
+    def with_preset(cls, preset: str | None, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` over the named preset's values (parameters given by name win); a ConfigError for an unknown one."""
+        if preset is None:
+            return dict(params)
+        if preset not in cls.presets:
+            known = ", ".join(cls.presets) or "none"
+            raise ConfigError(f"{cls.name}: no preset {preset!r} (presets: {known})")
+        return {**cls.presets[preset], **params}
 
     def check_params(self, config: dict[str, Any]) -> None:
         """Cross-parameter checks (e.g. lower <= upper); raise ConfigError."""

@@ -12,9 +12,15 @@
 
 With `web=none`, nothing is searched: Ambiguous keeps the retrieved strips alone, and Incorrect
 (or any action that leaves no knowledge) answers from the question alone; the trace says so.
-The defaults are the paper's: k = 10, upper 0.5 and lower -0.9 (its PopQA setting on the T5
-evaluator's scale), top 5 strips above -0.5, 5 web results. Thresholds suit one scorer and data
-set; fit them with `arag.optimizers.thresholds.fit_thresholds`.
+The defaults are the paper's: k = 10, upper 0.5 and lower -0.9 (the paper's PopQA example), top 5
+strips above -0.5 in reading order, 5 web results. The official scripts (HuskyInSalt/CRAG,
+scripts/CRAG_Inference.py and its run scripts) differ, and each difference is an option:
+- thresholds: 0.592 / -0.995 for PopQA, 0.5 / -0.915 for PubHealth, the presets `official-popqa` and
+  `official-pubhealth` (`--preset`; the paper's example is `paper-popqa`);
+- `refinement=official`: the retrieved documents kept whole, the top 3 by score with no threshold, in
+  score order, strips under 4 words scored -1 (the paper: strips, top 5 above -0.5, reading order);
+- the T5 evaluator's output is compared unclipped, as both do.
+Thresholds suit one scorer and data set; fit them with `arag.optimizers.thresholds.fit_thresholds`.
 
 LM calls per question with scorer=lm: k judgements, one per strip scored, one keyword rewrite when
 searching, one answer. With scorer=embedding or t5:PATH only the rewrite and the answer use the LM.
@@ -22,6 +28,7 @@ searching, one answer. With scorer=embedding or t5:PATH only the rewrite and the
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import dspy
@@ -50,6 +57,16 @@ STRIP_THRESHOLD = Param("strip_threshold", -0.5, "strips must score above this t
 WEB = Param("web", "none", "knowledge search: serper, tavily, brave, searxng[:URL], local:DIR, or none",
             tunable=False)
 WEB_K = Param("web_k", 5, "documents taken from each knowledge search", low=1, high=20)
+REFINEMENT = Param("refinement", "paper", "paper: strips, the top strips_top_k above strip_threshold, in reading "
+                   "order; official: retrieved documents whole, the top 3 by score, no threshold, in score order",
+                   choices=("paper", "official"), tunable=False)
+THRESHOLD_PRESETS = {
+    "paper-popqa": {"upper": 0.5, "lower": -0.9},
+    "official-popqa": {"upper": 0.592, "lower": -0.995},
+    "official-pubhealth": {"upper": 0.5, "lower": -0.915},
+}
+OFFICIAL_TOP_K = 3
+OFFICIAL_MIN_WORDS = 4
 LABEL_FALLBACK = Param("label_fallback", False,
                        "scorer=lm on an LM without log-probabilities: score yes as +1 and no as -1 instead of failing",
                        tunable=False)
@@ -64,7 +81,8 @@ KEYWORD_DEMOS = (
 )
 
 
-CORRECTION_PARAMS = (SCORER, UPPER, LOWER, STRIP_MODE, STRIPS_TOP_K, STRIP_THRESHOLD, WEB, WEB_K, LABEL_FALLBACK)
+CORRECTION_PARAMS = (SCORER, UPPER, LOWER, STRIP_MODE, STRIPS_TOP_K, STRIP_THRESHOLD, REFINEMENT, WEB, WEB_K,
+                     LABEL_FALLBACK)
 
 
 def check_thresholds(program: str, config: dict) -> None:
@@ -80,10 +98,11 @@ class KnowledgeCorrector(dspy.Module):
     action, then refine them (Correct), search for knowledge (Incorrect), or both (Ambiguous)."""
 
     def __init__(self, *, scorer: str, upper: float, lower: float, strip_mode: str, strips_top_k: int,
-                 strip_threshold: float, web: str, web_k: int, label_fallback: bool) -> None:
+                 strip_threshold: float, refinement: str, web: str, web_k: int, label_fallback: bool) -> None:
         super().__init__()
         self.upper, self.lower = upper, lower
         self.strip_mode, self.strips_top_k, self.strip_threshold = strip_mode, strips_top_k, strip_threshold
+        self.refinement = refinement
         self.web_k = web_k
         self.evaluator = open_scorer(scorer, label_fallback=label_fallback)
         self.knowledge_search = open_knowledge_search(web)
@@ -110,10 +129,17 @@ class KnowledgeCorrector(dspy.Module):
         return action, knowledge
 
     def refine_knowledge(self, question: str, passages: list[Passage], *, source: str) -> list[str]:
-        """Decompose-then-recompose: the kept strips of `passages`, in reading order."""
-        refinement = refine(question, passages, self.evaluator, mode=self.strip_mode, top_k=self.strips_top_k,
-                            threshold=self.strip_threshold)
-        note("refine", source=source, mode=self.strip_mode,
+        """Decompose-then-recompose: the kept strips of `passages` (the official refinement: retrieved
+        documents whole, the best 3 in score order)."""
+        if self.refinement == "official":
+            mode = "passage" if source == "retrieved" else self.strip_mode
+            refinement = refine(question, passages, self.evaluator, mode=mode, top_k=OFFICIAL_TOP_K,
+                                threshold=-math.inf, in_score_order=True, min_words=OFFICIAL_MIN_WORDS)
+        else:
+            mode = self.strip_mode
+            refinement = refine(question, passages, self.evaluator, mode=mode, top_k=self.strips_top_k,
+                                threshold=self.strip_threshold)
+        note("refine", source=source, mode=mode, refinement=self.refinement,
              strip_scores=[round(strip.score, 4) for strip in refinement.strips],
              kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept])
         return refinement.knowledge
@@ -153,6 +179,7 @@ class KnowledgeCorrector(dspy.Module):
 class CRAG(RAGProgram):
     name = "crag"
     params = (CRAG_K, *CORRECTION_PARAMS, REASONING)
+    presets = THRESHOLD_PRESETS
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)

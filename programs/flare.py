@@ -53,7 +53,7 @@ from arag.signatures.queries import QuestionForSpan
 
 THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
               "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0)
-BETA = Param("beta", 0.4, "tokens below beta are masked out of the query (masked) or asked about (questions)",
+BETA = Param("beta", 0.4, "tokens at or below beta are masked out of the query (masked) or asked about (questions)",
              low=0.0, high=1.0)
 QUERY_MODE = Param("query_mode", "masked", "masked: the draft without its unsure tokens; questions: one "
                    "LM-written question per unsure span", choices=("masked", "questions"))

@@ -38,8 +38,7 @@ import dspy
 
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
-from arag.programs.steps import judged
-from arag.programs.steps import split_sentences
+from arag.programs.steps import judged, split_sentences
 from arag.retrievers.base import Passage
 from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
 from arag.signatures.judging import JudgeRelevance
@@ -69,13 +68,15 @@ def clip_score(value: float) -> float:
     return max(-1.0, min(1.0, float(value)))
 
 
-def _score_non_blank(texts: Sequence[str], score_many: Callable[[list[str]], list[float]]) -> list[float]:
-    """Scores from `score_many` for the non-blank texts, BLANK_SCORE for the blank ones, in order."""
+def _score_non_blank(texts: Sequence[str], score_many: Callable[[list[str]], list[float]], *,
+                     clip: bool = True) -> list[float]:
+    """Scores from `score_many` for the non-blank texts (clipped to [-1, 1] unless `clip` is off), BLANK_SCORE
+    for the blank ones, in order."""
     filled = [i for i, text in enumerate(texts) if text.strip()]
     scores = [BLANK_SCORE] * len(texts)
     if filled:
         for i, score in zip(filled, score_many([texts[i] for i in filled])):
-            scores[i] = clip_score(score)
+            scores[i] = clip_score(score) if clip else float(score)
     return scores
 
 
@@ -150,7 +151,8 @@ class EmbeddingScorer:
 
 
 class T5Scorer:
-    """A regression evaluator in CRAG's released format: score = clip(model("question [SEP] text"), −1, 1)."""
+    """A regression evaluator in CRAG's released format: score = model("question [SEP] text"), unclipped as the
+    official code compares it with the thresholds (a clipped -1 would never fall below lower = -1)."""
 
     def __init__(self, path: str | Path):
         self.path = str(Path(path).expanduser())
@@ -180,7 +182,7 @@ class T5Scorer:
                 outputs += logits[:, 0].tolist()
             return outputs
 
-        return _score_non_blank(texts, regression_outputs)
+        return _score_non_blank(texts, regression_outputs, clip=False)
 
     def _load(self) -> tuple[Any, Any]:
         try:
@@ -291,12 +293,18 @@ def refine(
     mode: str = "sentences",
     top_k: int = 5,
     threshold: float = -0.5,
+    in_score_order: bool = False,
+    min_words: int = 0,
 ) -> Refinement:
     """Decompose-then-recompose: split the passages into strips, score every strip (`Title | text`)
-    against the question in one scorer call, keep the top_k above `threshold`, in reading order."""
+    against the question in one scorer call, keep the top_k above `threshold`, in reading order (or in
+    score order); strips under `min_words` words score BLANK_SCORE without being scored."""
     pieces = [(passage, text) for passage in passages for text in decompose(passage.text, mode)]
     strips = [Strip(passage.id, passage.title, text, order) for order, (passage, text) in enumerate(pieces)]
-    scores = scorer.score(question, [strip.long_text for strip in strips])
+    scores = scorer.score(question, [strip.long_text if len(strip.text.split()) >= min_words else ""
+                                     for strip in strips])
     scored = tuple(replace(strip, score=score) for strip, score in zip(strips, scores))
-    kept = tuple(scored[i] for i in select_strips(scores, top_k, threshold))
-    return Refinement(scored, kept)
+    chosen = select_strips(scores, top_k, threshold)
+    if in_score_order:
+        chosen = sorted(chosen, key=lambda i: (-scores[i], i))
+    return Refinement(scored, tuple(scored[i] for i in chosen))

@@ -287,3 +287,21 @@ def test_arag_eval_runs_crag_over_a_loopback_server_and_all_three_actions_occur(
     assert set(actions) == {"correct", "ambiguous", "incorrect"}
     summary = ujson.loads((out / "summary.json").read_text())
     assert summary["params"]["web"].startswith("local:") and summary["n"] == N_QUESTIONS
+
+
+def test_presets_set_the_official_thresholds_and_named_parameters_win():
+    assert build_program("crag", FixedRetriever([]), preset="official-popqa").config["upper"] == 0.592
+    program = build_program("crag", FixedRetriever([]), preset="official-pubhealth", upper=0.7)
+    assert (program.upper, program.lower) == (0.7, -0.915)
+    with pytest.raises(ConfigError, match="no preset 'popqa'"):
+        build_program("crag", FixedRetriever([]), preset="popqa")
+
+
+def test_the_official_refinement_keeps_the_best_three_documents_whole_in_score_order():
+    prediction, _ = run(refinement="official")
+    (refine,) = steps(prediction, "refine")
+    assert refine["mode"] == "passage" and refine["refinement"] == "official"
+    # Whole passages, best first, the third kept although it scores below the paper's -0.5.
+    assert [kept["source"] for kept in refine["kept"]] == ["eiffel", "louvre", "brie"]
+    assert prediction.knowledge[0].startswith("Eiffel Tower | The Eiffel Tower is in Paris.") and \
+        prediction.knowledge[0].endswith("Gustave Eiffel's company built it.")

@@ -28,6 +28,7 @@ from arag.programs.relevance import (
     EmbeddingScorer,
     LMScorer,
     T5Scorer,
+    clip_score,
     decompose,
     open_scorer,
     refine,
@@ -338,8 +339,9 @@ def test_t5_scorer_reads_the_regression_output_of_question_sep_passage(tiny_t5):
     assert len(set(scores[:3])) == 3
 
 
-@pytest.mark.parametrize(("bias", "expected"), [(0.37, 0.37), (3.0, 1.0), (-3.0, -1.0)])
-def test_t5_scores_are_the_output_clipped_to_minus_one_one(tiny_t5, tmp_path, bias, expected):
+@pytest.mark.parametrize(("bias", "expected"), [(0.37, 0.37), (3.0, 3.0), (-3.0, -3.0)])
+def test_t5_scores_are_the_unclipped_regression_output(tiny_t5, tmp_path, bias, expected):
+    """As the official code compares them: clipped to -1, no document could fall below lower = -1."""
     import torch
 
     path, model, tokenizer = tiny_t5
@@ -432,3 +434,28 @@ def test_pairs_from_a_pairs_file_and_from_hotpotqa(tmp_path, shared_dataset):
     pairs = load_pairs(shared_dataset("hotpotqa") / "public.jsonl", limit=3)
     assert len({p.question for p in pairs}) == 3 and sum(p.relevant for p in pairs) == 6
     assert pairs[0].passage.startswith("Meet Corliss Archer | Meet Corliss Archer, a program")
+
+
+def test_an_unclipped_t5_score_can_fall_below_lower_minus_one():
+    assert trigger([-3.0, -1.5], upper=0.5, lower=-1.0) == INCORRECT
+    assert trigger([clip_score(-3.0), clip_score(-1.5)], upper=0.5, lower=-1.0) == AMBIGUOUS
+
+
+def test_action_shares_count_questions_not_pairs():
+    # q1: one relevant passage among three -> Correct; q2: all low -> Incorrect.
+    scores = [0.9, -0.8, -0.9, -0.95, -0.97, -0.99]
+    relevant = [True, False, False, False, False, False]
+    fit = fit_thresholds(scores, relevant, 1.0, questions=["q1", "q1", "q1", "q2", "q2", "q2"])
+    assert (fit.correct_share, fit.incorrect_share) == (0.5, 0.5)
+    by_pairs = fit_thresholds(scores, relevant, 1.0)
+    assert by_pairs.correct_share == pytest.approx(1 / 6)
+
+
+def test_official_refinement_keeps_whole_documents_best_first_without_a_threshold():
+    passages = [Passage("a", "A", "Paris is in France. It is big. It has a river. The river is long."),
+                Passage("b", "B", "Lyon is in France now."), Passage("c", "C", "Tiny."), Passage("d", "D", "Rome is very far.")]
+    scorer = KeywordScorer({"Paris": -0.9, "Lyon": 0.4, "Tiny": 0.9, "Rome": -0.95})
+    refined = refine("q?", passages, scorer, mode="passage", top_k=3, threshold=-math.inf, in_score_order=True,
+                     min_words=4)
+    assert [s.source for s in refined.kept] == ["b", "a", "d"]  # by score; "Tiny." (1 word) scored -1
+    assert [s.score for s in refined.strips if s.source == "c"] == [BLANK_SCORE]
