@@ -29,9 +29,11 @@ Critiques come from one of two back-ends with the same interface (`Critics`):
   in its own `### Instruction: ... ### Response:` format through /v1/completions; the probability of each
   reflection token is read from the top log-probabilities at the position where the model wrote its group.
 
-Every probability here is exp(log-probability) normalised over its group. The official short-form code
-compares delta with a ratio of raw log-probabilities for the retrieval decision, where probabilities are
-meant; that is not reproduced.
+Every probability here is exp(log-probability) normalised over its group. The retrieval decision compares
+delta with p(yes) / (p(yes) + p(no)) by default; the official short-form code (run_short_form.py) divides
+the raw log-probabilities instead, where probabilities are meant, which is not reproduced; the official
+long-form code (run_long_form_static.py) compares (p(yes) + p(continue)) / (p(yes) + p(no)), which
+`retrieve_rule=long-form` reproduces (it retrieves more often: the continue mass counts for retrieval).
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delt
              choices=("adaptive", "always", "never"), tunable=False)
 DELTA = Param("delta", 0.2, "retrieve when p(yes) normalised over {yes, no} exceeds this; larger, fewer retrievals",
               low=0.0, high=1.0)
+RETRIEVE_RULE = Param("retrieve_rule", "normalised",
+                      "what delta is compared with: normalised, p(yes)/(p(yes)+p(no)); long-form, the official "
+                      "long-form code's (p(yes)+p(continue))/(p(yes)+p(no))", choices=("normalised", "long-form"),
+                      tunable=False)
 W_REL = Param("w_rel", 1.0, "weight of the relevance critique (IsREL) in a candidate's score", low=0.0, high=5.0)
 W_SUP = Param("w_sup", 1.0, "weight of the support critique (IsSUP) in a candidate's score", low=0.0, high=5.0)
 W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score", low=0.0, high=5.0)
@@ -79,7 +85,7 @@ ASSUME_CHOSEN_LABEL = Param("assume_chosen_label", False, "prompted critics on a
 CLOSED_SET = Param("closed_set", False, "closed-set tasks (choices, true/false): return the answer whose finished "
                    "paths score highest in total", tunable=False)
 
-SELF_RAG_PARAMS = (MODE, DELTA, W_REL, W_SUP, W_USE, K, BEAM_WIDTH, MAX_DEPTH, CRITICS, HARD_CONSTRAINTS,
+SELF_RAG_PARAMS = (MODE, DELTA, RETRIEVE_RULE, W_REL, W_SUP, W_USE, K, BEAM_WIDTH, MAX_DEPTH, CRITICS, HARD_CONSTRAINTS,
                    ASSUME_CHOSEN_LABEL, CLOSED_SET)
 
 UTILITY_WEIGHTS = {"1": -1.0, "2": -0.5, "3": 0.0, "4": 0.5, "5": 1.0}
@@ -155,7 +161,7 @@ class SelfRAG(RAGProgram):
             self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, decision=action)
             return action
         probabilities = self.backend.retrieval(question, segments_of(path))
-        p_retrieve = retrieve_probability(probabilities)
+        p_retrieve = retrieve_probability(probabilities, self.retrieve_rule)
         if p_retrieve > self.delta:
             action = "retrieve"
         elif path and path[-1].segment.passage is not None and probabilities["continue"] > probabilities["no"]:
@@ -274,12 +280,14 @@ def critique_scores(critiques: Mapping[str, Mapping[str, float]]) -> dict[str, f
     return {group: score(critiques[group]) if group in critiques else 0.0 for group, score in SCORES.items()}
 
 
-def retrieve_probability(probabilities: Mapping[str, float]) -> float:
-    """p(Retrieve=yes) normalised over {yes, no}; 0 when neither has any mass."""
+def retrieve_probability(probabilities: Mapping[str, float], rule: str = "normalised") -> float:
+    """What is compared with delta. `normalised`: p(yes) / (p(yes) + p(no)), in [0, 1]. `long-form`: the official
+    long-form code's (p(yes) + p(continue)) / (p(yes) + p(no)), which can exceed 1. 0 when the denominator is 0."""
     # Probabilities, not log-probabilities: the official short-form code divides the raw log-probabilities
     # of [Retrieval] and [No Retrieval] here, which inverts the comparison with delta.
     total = probabilities["yes"] + probabilities["no"]
-    return probabilities["yes"] / total if total else 0.0
+    mass = probabilities["yes"] + (probabilities.get("continue", 0.0) if rule == "long-form" else 0.0)
+    return mass / total if total else 0.0
 
 
 def undesirable(segment: Segment) -> bool:

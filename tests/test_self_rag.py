@@ -569,3 +569,17 @@ def test_arag_eval_runs_self_rag_over_a_loopback_server(critics, shared_dataset,
             assert row["prediction"] == row["trace"][1]["passages"][0]["title"]
     else:
         assert {row["prediction"] for row in rows} == {"Somebody"}
+
+
+def test_the_long_form_retrieval_rule_counts_continue_for_retrieval():
+    from arag.programs.self_rag import retrieve_probability
+
+    probabilities = {"yes": 0.2, "no": 0.5, "continue": 0.3}
+    assert retrieve_probability(probabilities) == pytest.approx(0.2 / 0.7)
+    assert retrieve_probability(probabilities, "long-form") == pytest.approx(0.5 / 0.7)
+    decide = {"yes": math.log(0.2), "no": math.log(0.5), "continue": math.log(0.3)}
+    for rule, retrieved in (("normalised", False), ("long-form", True)):
+        program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, delta=0.5, retrieve_rule=rule)
+        with dspy.context(lm=scripted_lm(prompted_responder(decide=decide))):
+            pred = program(question=QUESTION)
+        assert (steps(pred, "retrieval_decision")[0]["decision"] == "retrieve") == retrieved, rule
