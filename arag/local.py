@@ -165,13 +165,12 @@ class LlamaEngine:
 
     ``raw`` engines send the single user message as a plain prompt (no chat template); others send
     the conversation through the model's chat template. Sampling (``temperature``, ``top_p``,
-    ``top_k``, ``seed``), ``max_tokens``, ``stop``, log-probabilities and ``response_format`` come
-    from each request, as DSPy sends them.
+    ``top_k``, ``seed``), ``max_tokens``, ``stop``, ``logit_bias``, log-probabilities and ``response_format``
+    come from each request, as DSPy sends them.
     """
 
-    supported_params = frozenset(
-        {"temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "logprobs", "top_logprobs", "response_format"}
-    )
+    supported_params = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "logprobs",
+                                  "top_logprobs", "response_format", "logit_bias"})
 
     def __init__(self, model_path: str | Path, *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
                  raw: bool = False) -> None:
@@ -199,6 +198,12 @@ class LlamaEngine:
         for name in ("top_p", "top_k", "seed"):
             if getattr(config, name) is not None:
                 settings[name] = getattr(config, name)
+        extensions = dict(config.extensions or {})
+        if "logit_bias" in extensions:
+            settings["logit_bias"] = {int(token): float(bias) for token, bias in extensions.pop("logit_bias").items()}
+        if extensions:
+            raise lm15.UnsupportedFeatureError(f"the local model takes no {', '.join(sorted(extensions))}",
+                                               feature=f"config.extensions.{sorted(extensions)[0]}")
         model = self.model
         try:
             with model.lock:

@@ -22,7 +22,10 @@ extra LM call; here it is widened to whole words, with no call.
 compiled), writes [Search(query)] inline; generation stops there, the passages for that query
 replace the ones before the input, and generation continues, up to `max_searches` searches. Past
 the cap the model is told no search is left; a marker it still writes is dropped and writing goes on
-until the answer ends (at most WRITES_PAST_THE_CAP such calls).
+until the answer ends (at most WRITES_PAST_THE_CAP such calls). With `forbid_after_search=N` and the
+ids of the marker's tokens, the N tokens after each search are written with those tokens forbidden
+(logit bias -100; one extra call per search), as the paper and the official `forbid_generate_step`
+do; off by default, since token ids belong to one tokenizer.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from arag.lm import TokenLogprob
 from arag.programs.active_generation import (
     K_FLARE,
     LOOKAHEAD_TOKENS,
+    MARKUP_TOKENS,
     MAX_TOKENS,
     PROMPT_STYLE,
     ActiveGeneration,
@@ -67,6 +71,13 @@ SEARCH_LOGIT_BIAS = Param(
     tunable=False,
 )
 CALL_TOKENS = Param("max_tokens", 256, "tokens per generation call, between two searches", low=8, high=8192)
+FORBID_AFTER_SEARCH = Param(
+    "forbid_after_search", 0,
+    "after each search, generate this many tokens with search_token_ids forbidden (logit bias -100), so the "
+    "model writes before it may search again, as the paper does (0: off)", low=0, high=64)
+SEARCH_TOKEN_IDS = Param(
+    "search_token_ids", "", "TOKEN_ID[,TOKEN_ID...]: the tokens that open a search marker ('[' and its variants "
+    "in the model's tokenizer), forbidden by forbid_after_search", tunable=False)
 
 TERM_GAP = 5  # unsure tokens fewer than this many tokens apart make one term (the official code's min_gap)
 
@@ -136,15 +147,19 @@ class FLAREInstruct(RAGProgram):
     """
 
     name = "flare-instruct"
-    params = (K_FLARE, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS)
+    params = (K_FLARE, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS, FORBID_AFTER_SEARCH, SEARCH_TOKEN_IDS)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.logit_bias = parse_logit_bias(self.search_logit_bias)
+        self.forbidden = parse_token_ids(self.search_token_ids)
         self.continue_with_search = dspy.Predict(ContinueAnswerWithSearch)
 
     def check_params(self, config: dict) -> None:
         parse_logit_bias(config["search_logit_bias"])
+        if config["forbid_after_search"] and not parse_token_ids(config["search_token_ids"]):
+            raise ConfigError("flare-instruct: parameter 'forbid_after_search' needs parameter 'search_token_ids' "
+                              "(the ids of the tokens that open a search marker in the model's tokenizer)")
 
     def run(self, question: str) -> dict:
         answer = LongAnswer(question, self.retrieve(question, why="question"))
@@ -169,16 +184,30 @@ class FLAREInstruct(RAGProgram):
                 continue
             answer.passages = self.retrieve(query or question, why="search marker")
             searches += 1
+            if self.forbid_after_search:
+                self.write_without_searching(answer, searches_left=self.max_searches - searches)
         self.note("stop", reason=stop, searches=searches)
         short = final_answer(answer.text)
         self.note("answer", answer=short)
         return {"answer": short, "long_answer": answer.text}
 
-    def write(self, answer: LongAnswer, searches_left: int) -> tuple[str, str | None]:
+    def write_without_searching(self, answer: LongAnswer, searches_left: int) -> None:
+        """The first `forbid_after_search` tokens after a search, with the search marker's tokens forbidden;
+        a word cut by the budget is left for the next call."""
+        bias = {**self.logit_bias, **dict.fromkeys(self.forbidden, -100.0)}
+        text, _ = self.write(answer, searches_left, max_tokens=self.forbid_after_search + MARKUP_TOKENS,
+                             logit_bias=bias)
+        cut = text.rpartition(" ")[0] if " " in text else text
+        self.note("write", index=len(answer.pieces), text=cut, search=None, forbidden=sorted(self.forbidden))
+        if cut:
+            answer.add(Piece(cut))
+
+    def write(self, answer: LongAnswer, searches_left: int, *, max_tokens: int | None = None,
+              logit_bias: dict[str, float] | None = None) -> tuple[str, str | None]:
         """Generate until the model searches or ends; the text before the search marker and its query."""
-        config = {"max_tokens": self.max_tokens, "stop": [SEARCH_END]}
-        if self.logit_bias:
-            config["logit_bias"] = self.logit_bias
+        config = {"max_tokens": max_tokens or self.max_tokens, "stop": [SEARCH_END]}
+        if logit_bias or self.logit_bias:
+            config["logit_bias"] = logit_bias or self.logit_bias
         prediction = self.continue_with_search(
             passages=format_passages(answer.passages),
             question=answer.question,
@@ -228,6 +257,15 @@ def split_at_search(text: str) -> tuple[str, str | None]:
     if marker is None:
         return text.strip(), None
     return text[: marker.start()].strip(), marker.group(1).strip()
+
+
+def parse_token_ids(spec: str) -> list[str]:
+    """`TOKEN_ID,...` as a list of id strings; a ConfigError naming the parameter if malformed."""
+    ids = [item.strip() for item in spec.split(",") if item.strip()]
+    if not all(item.isdigit() for item in ids):
+        raise ConfigError(f"flare-instruct: parameter 'search_token_ids' must be TOKEN_ID[,TOKEN_ID...] with integer "
+                          f"token ids, got {spec!r}")
+    return ids
 
 
 def parse_logit_bias(spec: str) -> dict[str, float]:

@@ -17,6 +17,7 @@ from arag.data import load_examples
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import TokenLogprob, build_lm
+from arag.programs.active_generation import MARKUP_TOKENS
 from arag.programs.flare import WRITES_PAST_THE_CAP, FLARE, FLAREInstruct, low_confidence_spans, split_at_search
 from arag.programs.steps import split_sentences
 from arag.retrievers import BM25Retriever
@@ -499,3 +500,29 @@ def test_arag_eval_runs_flare_instruct_over_a_loopback_server(hotpot, tmp_path, 
         writes = [s for s in row["trace"] if s["step"] == "write"]
         assert [w["search"] is not None for w in writes] == [True, False]
         assert row["retrieval_calls"] == 2 and row["lm_calls"] == 2 and row["prediction"] == "unknown"
+
+
+def test_instruct_forbids_the_search_marker_for_the_first_tokens_after_a_search():
+    def responder(call):
+        if call.inputs["answer_so_far"] == "":
+            return {"continuation": "Biden went to [Search(Joe Biden university)]"}
+        if call.inputs["answer_so_far"] == "Biden went to":
+            return {"continuation": "the University of Dela"}  # cut inside a word by the token budget
+        return {"continuation": "Delaware. So the answer is Delaware."}
+
+    with OpenAICompatibleServer(responder) as server:
+        lm = build_lm(f"openai/loopback-{uuid.uuid4().hex}", api_base=server.url)
+        with dspy.context(lm=lm):
+            prediction = FLAREInstruct(RecordingRetriever(), forbid_after_search=6, search_token_ids="58, 510",
+                                       search_logit_bias="58:2")(question=QUESTION)
+    bodies = [request["body"] for request in server.requests]
+    assert [b["logit_bias"] for b in bodies] == [{"58": 2.0}, {"58": -100.0, "510": -100.0}, {"58": 2.0}]
+    assert bodies[1]["max_tokens"] == 6 + MARKUP_TOKENS  # six tokens of text, and the output's markup
+    assert prediction.long_answer == "Biden went to the University of Delaware. So the answer is Delaware."
+
+
+def test_forbidding_the_marker_needs_its_token_ids():
+    with pytest.raises(ConfigError, match="'search_token_ids'"):
+        FLAREInstruct(RecordingRetriever(), forbid_after_search=4)
+    with pytest.raises(ConfigError, match="'search_token_ids'"):
+        FLAREInstruct(RecordingRetriever(), forbid_after_search=4, search_token_ids="[")

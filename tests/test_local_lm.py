@@ -179,3 +179,12 @@ def test_eval_runs_on_the_local_model_from_the_command_line(tmp_path):
     answer_steps = [s for row in rows for s in row["trace"] if s["step"] == "answer"]
     assert all(0.0 < s["min_token_prob"] <= s["mean_token_prob"] <= 1.0 for s in answer_steps)
     assert not math.isnan(rows[0]["metrics"]["f1"])
+
+
+def test_logit_bias_reaches_the_local_model(lm):
+    raw = raw_prompt_lm(lm)
+    text, tokens = complete_raw(raw, "The capital of France is", max_tokens=1, top_logprobs=1)
+    llama = load_model(default_model_path(), 8192, LlamaEngine(default_model_path()).threads).llama
+    token_id = llama.tokenize(tokens[0].token.encode(), add_bos=False, special=True)[0]
+    forbidden, _ = complete_raw(raw, "The capital of France is", max_tokens=1, logit_bias={str(token_id): -100.0})
+    assert text and forbidden and forbidden != text
