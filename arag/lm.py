@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from json.decoder import scanstring
 from typing import Any
 from urllib.parse import urlsplit
@@ -268,9 +268,30 @@ def _json_span(text: str, field: str) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class _FieldTokens:
-    tokens: list[TokenLogprob]
+    tokens: list[TokenLogprob]  # as generated (a JSON string's escapes included)
     head: str
     tail: str
+    spelled: list[TokenLogprob]  # each token's share of the field's value, as the adapter parsed it
+
+
+def _json_unescaped(raw: str) -> list[str]:
+    """For each character of a JSON string's raw content, the text it stands for: an escape sequence decodes at
+    its backslash and its other characters stand for nothing."""
+    out, index = [], 0
+    while index < len(raw):
+        if raw[index] == "\\" and index + 1 < len(raw):
+            width = 6 if raw[index + 1] == "u" else 2
+            sequence = raw[index:index + width]
+            try:
+                out.append(json.loads(f'"{sequence}"'))
+            except ValueError:  # cut short by the token budget
+                out.append(sequence)
+            out.extend([""] * (len(sequence) - 1))
+            index += len(sequence)
+        else:
+            out.append(raw[index])
+            index += 1
+    return out
 
 
 def _field_tokens(source: Any, field: str) -> _FieldTokens:
@@ -293,20 +314,29 @@ def _field_tokens(source: Any, field: str) -> _FieldTokens:
     while selected and not selected[-1][0].token.strip():
         selected.pop()
     if not selected:
-        return _FieldTokens([], "", "")
+        return _FieldTokens([], "", "", [])
     first, first_start = selected[0]
     head = first.token[: max(start - first_start, 0)]
     tail = first.token[max(end - first_start, 0) :] if first_start + len(first.token) > end else ""
-    return _FieldTokens([token for token, _ in selected], head, tail)
+    spelled = [token for token, _ in selected]
+    if start > 0 and text[start - 1] == '"' and _chat_span(text, field) is None:  # a JSON string's content
+        decoded = _json_unescaped(text[start:end])
+        spelled = [
+            replace(token, token="".join(decoded[max(at, start) - start : min(at + len(token.token), end) - start]))
+            for token, at in selected
+        ]
+    return _FieldTokens([token for token, _ in selected], head, tail, spelled)
 
 
 def field_logprobs(prediction: Any, field: str) -> list[TokenLogprob]:
-    """The tokens of one output field's text, for ChatAdapter (``[[ ## field ## ]]``) and JSONAdapter output.
+    """The tokens of one output field's text, for ChatAdapter (``[[ ## field ## ]]``) and JSON output.
 
     Tokens partly inside the field's text are included (e.g. a token joining a JSON quote and a word);
-    whitespace-only tokens at either end are not.
+    whitespace-only tokens at either end are not. A JSON string's tokens are spelled as its value: their
+    text is their share of it, escapes decoded and quotes left out, so that they join into the value
+    the adapter parsed (e.g. `\\"hi\\"` comes back as `"hi"`).
     """
-    return _field_tokens(prediction, field).tokens
+    return _field_tokens(prediction, field).spelled
 
 
 def _matching_label(candidate: str, labels: Sequence[str]) -> str | None:
