@@ -115,8 +115,8 @@ def serve_command(index: str, host: str, port: int) -> None:
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
 def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None,
                  retriever_spec: str | None, lm_setup: LMSetup, param_pairs: tuple[str, ...], params_file: str | None,
-                 preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None,
-                 threads: int, max_errors: int, out_dir: str) -> None:
+                 preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int, max_errors: int,
+                 out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
     import dspy
 
@@ -179,11 +179,29 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
 @click.option("--out", "out_path", required=True, type=click.Path(), help="JSONL file to write.")
 @click.option("--only-correct", is_flag=True, help="Only grounding calls of examples answered correctly.")
 @click.option("--metric", help="The metric that decides correctness (default: any of the row's metrics at 1.0).")
-def export_grounding_command(run: str, out_path: str, only_correct: bool, metric: str | None) -> None:
-    """Write a GenGround run's grounding calls as a chat fine-tuning set (for distillation)."""
+@click.option("--drop-malformed", is_flag=True,
+              help="Leave out calls whose output lacks evidence or revised_answer, whose evidence is not a list of "
+                   "strings, or whose revised answer is blank.")
+@click.option("--drop-no-evidence", is_flag=True, help="Leave out calls that quoted no evidence.")
+@click.option("--drop-unrevised", is_flag=True,
+              help="Leave out calls whose revised answer equals the candidate answer (after normalisation).")
+@click.option("--drop-revised-wrongly", is_flag=True,
+              help="Leave out calls of a question's last hop whose revised answer is the final answer when that "
+                   "answer is wrong by --metric (other hops have no gold answer and are kept).")
+@click.option("--paper-filters", is_flag=True,
+              help="All four --drop-* filters: the paper's filtering of grounding traces.")
+def export_grounding_command(run: str, out_path: str, only_correct: bool, metric: str | None, drop_malformed: bool,
+                             drop_no_evidence: bool, drop_unrevised: bool, drop_revised_wrongly: bool,
+                             paper_filters: bool) -> None:
+    """Write a GenGround run's grounding calls as a chat fine-tuning set (for distillation).
+
+    Every call is kept unless a filter drops it; each line's metadata lists the call's flaws (malformed,
+    no evidence, unrevised, revised wrongly) either way."""
     from arag.data.distillation import export_grounding
 
-    count = export_grounding(run, out_path, only_correct=only_correct, metric=metric)
+    count = export_grounding(run, out_path, only_correct=only_correct, metric=metric, drop_malformed=drop_malformed,
+                             drop_no_evidence=drop_no_evidence, drop_unrevised=drop_unrevised,
+                             drop_revised_wrongly=drop_revised_wrongly, paper_filters=paper_filters)
     click.echo(f"wrote {count} grounding examples to {out_path}")
 
 

@@ -3,8 +3,22 @@ chat fine-tuning set, so a small model can learn to ground the way a strong one 
 
 Each grounding call becomes one JSONL line in OpenAI's chat fine-tuning format, `{"messages": [system,
 user, assistant]}`, holding exactly the prompt the run's adapter sent to the grounding step (arag's
-SchemaAdapter, or its TextAdapter for a run made with --no-schema) and the answer the model gave; a fine-tuned model then serves the same program unchanged. A `metadata` object on
-each line says where the call came from and whether the run's final answer to that question was right.
+SchemaAdapter, or its TextAdapter for a run made with --no-schema) and the answer the model gave; a
+fine-tuned model then serves the same program unchanged. A `metadata` object on each line says where the
+call came from, whether the run's final answer to that question was right, and which of the flaws below
+the call has.
+
+The paper distils only good grounding traces; per-call filters drop calls with these flaws (each off by
+default, all on with `paper_filters`, `--paper-filters` on the command line):
+- malformed (`drop_malformed`): the output lacks `evidence` or `revised_answer`, the evidence is not a list
+  of strings, or the revised answer is blank;
+- no evidence (`drop_no_evidence`): nothing quoted, or only the "Empty"/"none" marker, as GenGround reads it;
+- unrevised (`drop_unrevised`): the revised answer equals the candidate answer after SQuAD normalisation
+  (a blank revised answer counts as the candidate, as GenGround keeps it);
+- revised wrongly (`drop_revised_wrongly`): a call of the question's last grounded hop whose revised answer
+  is the run's final answer (equal after normalisation) while that final answer is wrong by `metric`. The
+  sub-questions have no gold answers, so calls of other hops are not judged; `only_correct` drops every
+  call of a question answered wrongly.
 """
 
 from __future__ import annotations
@@ -19,11 +33,15 @@ import ujson
 
 from arag.adapters import default_adapter
 from arag.data._io import iter_jsonl
+from arag.data.metrics import normalize_answer
 from arag.errors import DataError
 from arag.evaluate import PREDICTIONS, RUN
+from arag.programs.genground import cited_evidence
 from arag.signatures.grounding import GroundAnswer
 
 GROUNDING_STEP = "ground"
+MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY = "malformed", "no evidence", "unrevised", "revised wrongly"
+FLAWS = (MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY)
 
 
 def export_grounding(
@@ -33,6 +51,11 @@ def export_grounding(
     *,
     metric: str | None = None,
     with_metadata: bool = True,
+    drop_malformed: bool = False,
+    drop_no_evidence: bool = False,
+    drop_unrevised: bool = False,
+    drop_revised_wrongly: bool = False,
+    paper_filters: bool = False,
 ) -> int:
     """Write the grounding calls of a `genground` evaluation run to `out_path` as chat fine-tuning JSONL;
     returns the number of examples written.
@@ -40,9 +63,12 @@ def export_grounding(
     `run_dir_or_predictions_path` is an `arag eval --out` folder or its predictions.jsonl. A question's final
     answer counts as right when `metric` (default: any of the row's metrics) scores 1.0 on it; `only_correct`
     keeps only the calls of questions answered right. Failed examples are skipped, and an example run twice
-    (a resumed run) counts once, as its last row. `with_metadata=False` writes bare `{"messages": ...}` lines
-    for services that refuse other keys.
+    (a resumed run) counts once, as its last row. The `drop_*` options leave out calls with that flaw (see the
+    module docstring); `paper_filters` turns all four on. `with_metadata=False` writes bare `{"messages": ...}`
+    lines for services that refuse other keys.
     """
+    dropped = {flaw for flaw, drop in zip(FLAWS, (drop_malformed, drop_no_evidence, drop_unrevised,
+                                                   drop_revised_wrongly)) if drop or paper_filters}
     path = Path(run_dir_or_predictions_path)
     predictions = path / PREDICTIONS if path.is_dir() else path
     rows = _last_rows(predictions)
@@ -55,6 +81,9 @@ def export_grounding(
         if only_correct and not correct:
             continue
         for call in calls:
+            flaws = call_flaws(call, row, correct)
+            if dropped.intersection(flaws):
+                continue
             example = grounding_messages(call, f"{predictions}, example {row['id']!r}", adapter)
             if with_metadata:
                 example["metadata"] = {
@@ -65,12 +94,42 @@ def export_grounding(
                     "evidence_found": call.get("evidence_found"),
                     "final_answer_correct": correct,
                     "metrics": row.get("metrics", {}),
+                    "flaws": flaws,
                 }
             examples.append(example)
     if not calls_seen:
         raise DataError(f"{predictions} holds no grounding calls: export_grounding reads runs of the genground program")
     _write_jsonl(Path(out_path), examples)
     return len(examples)
+
+
+def call_flaws(call: dict[str, Any], row: dict[str, Any], final_answer_correct: bool) -> list[str]:
+    """The flaws of one traced grounding call of a predictions.jsonl row (see the module docstring), in the
+    order of FLAWS."""
+    outputs = call.get("outputs")
+    outputs = outputs if isinstance(outputs, dict) else {}
+    evidence, revised = outputs.get("evidence"), outputs.get("revised_answer")
+    evidence_listed = isinstance(evidence, list) and all(isinstance(item, str) for item in evidence)
+    revised_given = isinstance(revised, str) and bool(revised.strip())
+    candidate = str((call.get("inputs") or {}).get("candidate_answer", ""))
+    answer = normalize_answer(revised if revised_given else candidate)
+    flaws = []
+    if not (evidence_listed and revised_given):
+        flaws.append(MALFORMED)
+    if not (evidence_listed and cited_evidence(evidence)):
+        flaws.append(NO_EVIDENCE)
+    if answer == normalize_answer(candidate):
+        flaws.append(UNREVISED)
+    final_answer = row.get("prediction")
+    if (not final_answer_correct and isinstance(final_answer, str) and answer
+            and answer == normalize_answer(final_answer) and call.get("hop") == _last_grounded_hop(row)):
+        flaws.append(REVISED_WRONGLY)
+    return flaws
+
+
+def _last_grounded_hop(row: dict[str, Any]) -> Any:
+    hops = [step.get("hop") for step in row.get("trace") or [] if step.get("step") == GROUNDING_STEP]
+    return hops[-1] if hops else None
 
 
 def run_adapter(run_dir: Path) -> dspy.Adapter:

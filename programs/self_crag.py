@@ -1,27 +1,46 @@
 """Self-CRAG (Yan et al., 2024): CRAG's corrected knowledge in front of the Self-RAG generator.
 
 Self-RAG runs as in `self_rag` (retrieval decision, critiqued candidates, segment-level beam search);
-where it would read the top k passages, CRAG corrects them first:
-1. Retrieve k documents for the query; the retrieval evaluator (`scorer`) grades each against x.
-2. Action trigger: Correct when some score is >= `upper`, Incorrect when every score is < `lower`,
-   Ambiguous otherwise.
-3. Correct: refine the retrieved documents (decompose into strips, keep the best, in reading order);
-   Incorrect: rewrite x into keywords, search `web`, refine what was found; Ambiguous: both.
-4. The corrected knowledge, recomposed into one passage as CRAG's released code hands it to its Self-RAG
-   generator, is what the candidate is written from and critiqued against. When a step leaves no
-   knowledge (Incorrect with `web=none`), Self-RAG writes without evidence and the trace says so.
-CRAG's parameters keep CRAG's defaults (k = 10, upper 0.5, lower -0.9, top 5 strips above -0.5).
+where it would read the top k passages, it reads the knowledge CRAG makes of them. CRAG's knowledge has
+three forms: internal (the k retrieved documents refined: decomposed into strips, the best kept), external
+(x rewritten into keywords, `web` searched, the results refined the same way), and the two combined,
+the internal first. `contexts` says which forms Self-RAG reads:
+
+- `released` (default) follows CRAG's released code (HuskyInSalt/CRAG). Its knowledge scripts
+  (scripts/internal_knowledge_preparation.py, external_knowledge_preparation.py,
+  combined_knowledge_preparation.py) build all three forms for every question, and scripts/data_process.py
+  (--postprocess, run by run_selfcrag_preparation.sh) puts them, internal, external, combined, in place of
+  Self-RAG's retrieved passages. So Self-RAG writes one candidate from each and its critiques choose; the
+  retrieved documents are not graded and no action is taken (`scorer` scores only the strips refined).
+  Departures: a form left empty (no strip kept, or nothing searched with `web=none`) is not given, nor
+  the combination unless both parts hold knowledge, where the released files keep empty contexts; the
+  contexts carry no title, where the released files give all three the top retrieved document's title;
+  the combination is the strips one per line, not "Knowledge1: ... [sep] Knowledge2: ...". The
+  three-context layout the run script asks for is followed, not data_process.py's default one, which
+  repeats the external context once per search snippet (identical candidates only).
+- `action` follows the paper's description, Self-RAG reading the knowledge of CRAG's action:
+  1. the retrieval evaluator (`scorer`) grades each retrieved document against x;
+  2. Correct when some score is >= `upper`, Incorrect when every score is < `lower`, Ambiguous otherwise;
+  3. Correct: the internal form; Incorrect: the external; Ambiguous: the combined (as scripts/CRAG_Inference.py
+     picks a form by action for CRAG);
+  4. that knowledge, as one passage, is what the single candidate is written from and critiqued against.
+When no knowledge is left (e.g. `action`, Incorrect with `web=none`), Self-RAG writes without evidence and the
+trace says so. CRAG's parameters keep CRAG's defaults (k = 10, upper 0.5, lower -0.9, top 5 strips above -0.5).
 """
 
 from __future__ import annotations
 
-
-from arag.programs.crag import CORRECTION_PARAMS, CRAG_K, KnowledgeCorrector, check_thresholds
+from arag.programs.crag import CORRECTION_PARAMS, CRAG_K, THRESHOLD_PRESETS, KnowledgeCorrector, check_thresholds
+from arag.programs.params import Param
 from arag.programs.registry import register
 from arag.programs.self_rag import SELF_RAG_PARAMS, SelfRAG
 from arag.retrievers.base import Passage
 
-SELF_CRAG_PARAMS = (*(CRAG_K if param.name == "k" else param for param in SELF_RAG_PARAMS), *CORRECTION_PARAMS)
+CONTEXTS = Param("contexts", "released", "what Self-RAG reads: released, the internal, external and combined knowledge "
+                 "as CRAG's released code gives each question; action, the knowledge of CRAG's action (the paper)",
+                 choices=("released", "action"), tunable=False)
+SELF_CRAG_PARAMS = (*(CRAG_K if param.name == "k" else param for param in SELF_RAG_PARAMS), *CORRECTION_PARAMS,
+                    CONTEXTS)
 
 
 @register
@@ -30,6 +49,7 @@ class SelfCRAG(SelfRAG):
 
     name = "self-crag"
     params = SELF_CRAG_PARAMS
+    presets = THRESHOLD_PRESETS
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
@@ -40,7 +60,17 @@ class SelfCRAG(SelfRAG):
         check_thresholds(self.name, config)
 
     def evidence(self, question: str, query: str, depth: int) -> list[Passage]:
-        """CRAG's corrected knowledge for the query, as one passage (none when nothing is left)."""
+        """The knowledge Self-RAG writes candidates from: the three forms (`released`), or the knowledge of
+        CRAG's action as one passage (`action`); none when nothing is left."""
         passages = self.retrieve(query, why=f"segment {depth}")
-        action, knowledge = self.corrector.correct(question, passages)
-        return [Passage(f"knowledge:{action}:{depth}", "", "\n".join(knowledge))] if knowledge else []
+        if self.contexts == "action":
+            action, knowledge = self.corrector.correct(question, passages)
+            return [Passage(f"knowledge:{action}:{depth}", "", "\n".join(knowledge))] if knowledge else []
+        internal = self.corrector.refine_knowledge(question, passages, source="retrieved")
+        external = self.corrector.search_knowledge(question)
+        forms = {"internal": internal, "external": external,
+                 "combined": internal + external if internal and external else []}
+        self.note("contexts", depth=depth, given=[name for name, knowledge in forms.items() if knowledge],
+                  empty=[name for name, knowledge in forms.items() if not knowledge])
+        return [Passage(f"knowledge:{name}:{depth}", "", "\n".join(knowledge))
+                for name, knowledge in forms.items() if knowledge]

@@ -1,12 +1,15 @@
-"""Distillation export: an evaluation run's grounding calls as a chat fine-tuning set."""
+"""Distillation export: an evaluation run's grounding calls as a chat fine-tuning set, and the paper's per-call
+filters (malformed, no evidence, unrevised, revised wrongly)."""
 
 import json
 
 import dspy
 import pytest
+from click.testing import CliRunner
 
 from arag.adapters import SchemaAdapter
-from arag.data.distillation import export_grounding, grounding_messages
+from arag.cli import main
+from arag.data.distillation import call_flaws, export_grounding, grounding_messages
 from arag.errors import DataError
 from arag.evaluate import evaluate
 from arag.programs.genground import GenGround
@@ -123,3 +126,120 @@ def test_a_run_without_grounding_calls_is_refused(tmp_path):
         export_grounding(tmp_path / "absent", tmp_path / "train.jsonl")
     with pytest.raises(DataError, match="without its outputs"):
         grounding_messages({"step": "ground", "inputs": {}})
+
+
+def export_keys(tmp_path, **options):
+    """(id, batch) of each call exported with these options."""
+    export_grounding(tmp_path / "run", tmp_path / "train.jsonl", **options)
+    return [(e["metadata"]["id"], e["metadata"]["batch"]) for e in read_jsonl(tmp_path / "train.jsonl")]
+
+
+def edit_calls(tmp_path, edit):
+    """Rewrite the run's grounding steps in place: `edit(id, step)` changes a step."""
+    predictions = tmp_path / "run" / "predictions.jsonl"
+    rows = read_jsonl(predictions)
+    for row in rows:
+        for step in row["trace"]:
+            if step["step"] == "ground":
+                edit(row["id"], step)
+    predictions.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return rows
+
+
+def test_each_call_lists_its_flaws(tmp_path):
+    make_run(tmp_path / "run")
+    export_grounding(tmp_path / "run", tmp_path / "train.jsonl")
+    assert [(e["metadata"]["id"], e["metadata"]["batch"], e["metadata"]["flaws"])
+            for e in read_jsonl(tmp_path / "train.jsonl")] == [
+        ("right", 1, ["no evidence", "unrevised"]), ("right", 2, []),
+        # "Paris", grounded in the second batch, is the final answer to a question whose gold answer is Lyon.
+        ("wrong", 1, ["no evidence", "unrevised"]), ("wrong", 2, ["revised wrongly"]),
+    ]
+
+
+@pytest.mark.parametrize("options, kept", [
+    ({}, [("right", 1), ("right", 2), ("wrong", 1), ("wrong", 2)]),
+    ({"drop_no_evidence": True}, [("right", 2), ("wrong", 2)]),
+    ({"drop_unrevised": True}, [("right", 2), ("wrong", 2)]),
+    ({"drop_revised_wrongly": True}, [("right", 1), ("right", 2), ("wrong", 1)]),
+    ({"drop_malformed": True}, [("right", 1), ("right", 2), ("wrong", 1), ("wrong", 2)]),
+    ({"paper_filters": True}, [("right", 2)]),
+])
+def test_per_call_filters_drop_the_calls_with_their_flaw(tmp_path, options, kept):
+    make_run(tmp_path / "run")
+    assert export_keys(tmp_path, **options) == kept
+
+
+def test_unrevised_compares_normalised_answers_whatever_the_evidence(tmp_path):
+    make_run(tmp_path / "run")
+
+    def edit(example_id, step):
+        if (example_id, step["batch"]) == ("right", 2):  # evidence, and the candidate again in other words
+            step["outputs"]["revised_answer"] = "The guess."
+        if (example_id, step["batch"]) == ("wrong", 1):  # evidence that corrects the candidate
+            step["outputs"].update(evidence=["Passage 1 says Lyon."], revised_answer="Lyon")
+
+    edit_calls(tmp_path, edit)
+    assert export_keys(tmp_path, drop_unrevised=True) == [("wrong", 1), ("wrong", 2)]
+    assert export_keys(tmp_path, drop_no_evidence=True) == [("right", 2), ("wrong", 1), ("wrong", 2)]
+    flaws = [e["metadata"]["flaws"] for e in read_jsonl(tmp_path / "train.jsonl")]
+    assert flaws == [["unrevised"], [], ["revised wrongly"]]
+
+
+def test_badly_formed_outputs_are_dropped(tmp_path):
+    make_run(tmp_path / "run")
+
+    def edit(example_id, step):
+        if (example_id, step["batch"]) == ("right", 1):
+            del step["outputs"]["revised_answer"]
+        if (example_id, step["batch"]) == ("right", 2):
+            step["outputs"]["evidence"] = "Passage 5 on About Capital of France?."
+        if (example_id, step["batch"]) == ("wrong", 1):
+            step["outputs"].update(evidence=["Passage 1 says Lyon.", 7], revised_answer="Lyon")
+        if (example_id, step["batch"]) == ("wrong", 2):
+            step["outputs"]["revised_answer"] = "  "
+
+    edit_calls(tmp_path, edit)
+    assert export_keys(tmp_path, drop_malformed=True) == []
+    assert export_keys(tmp_path, paper_filters=True) == []
+    rows = read_jsonl(tmp_path / "run" / "predictions.jsonl")
+    flaws = [call_flaws(step, row, row["metrics"]["em"] == 1.0) for row in rows for step in row["trace"]
+             if step["step"] == "ground"]
+    # A blank revised answer leaves the candidate standing, as GenGround does: unrevised.
+    assert flaws == [["malformed", "no evidence", "unrevised"], ["malformed", "no evidence"],
+                     ["malformed", "no evidence"], ["malformed", "unrevised"]]
+
+
+def test_revised_wrongly_follows_the_metric_and_judges_only_the_last_hop(tmp_path):
+    make_run(tmp_path / "run")
+    predictions = tmp_path / "run" / "predictions.jsonl"
+    rows = read_jsonl(predictions)
+    rows[1]["metrics"] = {"em": 0.0, "f1": 1.0}
+    predictions.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert export_keys(tmp_path, drop_revised_wrongly=True) == [("right", 1), ("right", 2), ("wrong", 1), ("wrong", 2)]
+    assert export_keys(tmp_path, drop_revised_wrongly=True, metric="em") == [("right", 1), ("right", 2), ("wrong", 1)]
+
+    (wrong_call,) = [step for step in rows[1]["trace"] if step["step"] == "ground" and step["batch"] == 2]
+    later_hop = {**wrong_call, "hop": 2, "inputs": {**wrong_call["inputs"], "candidate_answer": "Lyon"}}
+    two_hops = {**rows[1], "trace": [*rows[1]["trace"], later_hop]}
+    # "Paris" is still the final answer, but a later hop was grounded: the first hop's call is not judged.
+    assert call_flaws(wrong_call, two_hops, final_answer_correct=False) == []
+    assert call_flaws(later_hop, two_hops, final_answer_correct=False) == ["revised wrongly"]
+
+
+def test_export_grounding_command_offers_the_filters(tmp_path):
+    make_run(tmp_path / "run")
+    runner = CliRunner()
+    result = runner.invoke(main, ["export-grounding", str(tmp_path / "run"), "--out", str(tmp_path / "paper.jsonl"),
+                                  "--paper-filters"], catch_exceptions=False)
+    assert result.exit_code == 0 and "wrote 1 grounding examples" in result.output
+    assert [e["metadata"]["id"] for e in read_jsonl(tmp_path / "paper.jsonl")] == ["right"]
+    result = runner.invoke(main, ["export-grounding", str(tmp_path / "run"), "--out", str(tmp_path / "some.jsonl"),
+                                  "--drop-no-evidence", "--drop-revised-wrongly"], catch_exceptions=False)
+    assert "wrote 1 grounding examples" in result.output
+    result = runner.invoke(main, ["export-grounding", str(tmp_path / "run"), "--out", str(tmp_path / "all.jsonl"),
+                                  "--drop-unrevised"], catch_exceptions=False)
+    assert "wrote 2 grounding examples" in result.output
+    help_text = runner.invoke(main, ["export-grounding", "--help"]).output
+    assert all(flag in help_text for flag in ("--drop-malformed", "--drop-no-evidence", "--drop-unrevised",
+                                              "--drop-revised-wrongly", "--paper-filters"))

@@ -1,5 +1,7 @@
-"""Self-CRAG: each CRAG action shapes the knowledge the Self-RAG candidates are written from and judged
-against; parameters; `arag eval --program self-crag` over a loopback chat server."""
+"""Self-CRAG: as CRAG's released code, Self-RAG writes a candidate from each of the internal, external and
+combined knowledge and its critiques choose; with contexts=action, each CRAG action shapes the one knowledge
+passage the candidate is written from and judged against; parameters; `arag eval --program self-crag` over a
+loopback chat server."""
 
 import json
 import math
@@ -22,6 +24,7 @@ RADIO = Passage("p2", "Meet Corliss Archer", "Meet Corliss Archer was a radio pr
 FILM = Passage("w1", "Kiss and Tell (1945 film)",
                "Kiss and Tell is a 1945 film starring Shirley Temple as Corliss Archer.")
 P_RELEVANT = {"Shirley Temple |": 0.9, "Meet Corliss Archer |": 0.2, "Kiss and Tell (1945 film) |": 0.8}
+FORMS = ("internal", "external", "combined")  # the contexts CRAG's released code gives Self-RAG, in its order
 
 
 class FixedPassages:
@@ -94,7 +97,7 @@ def strip(passage):
     ],
 )
 def test_each_action_shapes_the_knowledge_the_candidate_is_written_from(thresholds, action, knowledge, local_web):
-    pred, lm = run(thresholds, web=local_web)
+    pred, lm = run({**thresholds, "contexts": "action"}, web=local_web)
     (evaluated,) = steps(pred, "evaluate")
     assert [s["score"] for s in evaluated["scores"]] == pytest.approx([2 * 0.9 - 1, 2 * 0.2 - 1], abs=1e-4)
     assert steps(pred, "action")[0]["action"] == action
@@ -111,7 +114,7 @@ def test_each_action_shapes_the_knowledge_the_candidate_is_written_from(threshol
 
 
 def test_no_knowledge_left_means_writing_without_evidence():
-    pred, lm = run({"upper": 0.95, "lower": 0.9}, web="none")
+    pred, lm = run({"upper": 0.95, "lower": 0.9, "contexts": "action"}, web="none")
     assert steps(pred, "action")[0]["action"] == "incorrect"
     assert steps(pred, "search")[0]["skipped"] is True
     assert steps(pred, "no_evidence")[0]["reason"] == "no passage was found"
@@ -120,7 +123,7 @@ def test_no_knowledge_left_means_writing_without_evidence():
 
 
 def test_self_rag_scores_the_corrected_candidate():
-    pred, _ = run({"upper": 0.5, "lower": -0.9})
+    pred, _ = run({"upper": 0.5, "lower": -0.9, "contexts": "action"})
     (candidate,) = steps(pred, "candidate")
     relevance = 0.9  # "Shirley Temple | ..." opens the knowledge passage
     support = 0.6 + 0.5 * 0.3
@@ -128,9 +131,44 @@ def test_self_rag_scores_the_corrected_candidate():
     assert candidate["score"] == pytest.approx(0.9 + relevance + support + 0.5 * utility, abs=1e-5)
 
 
+@pytest.mark.parametrize("thresholds", [{"upper": 0.5, "lower": -0.9}, {"upper": 0.95, "lower": 0.9}])
+def test_released_contexts_give_internal_external_and_combined_knowledge_and_critiques_choose(thresholds, local_web):
+    pred, lm = run(thresholds, web=local_web)
+    # Nothing is graded and no action taken: thresholds that would make it Correct or Incorrect change nothing.
+    assert not steps(pred, "evaluate") and not steps(pred, "action")
+    assert [s["source"] for s in steps(pred, "refine")] == ["retrieved", local_web]
+    assert steps(pred, "contexts") == [{"step": "contexts", "depth": 1, "given": list(FORMS), "empty": []}]
+    internal, external = strip(SHIRLEY), strip(FILM)
+    assert written_from(lm) == [internal, external, f"{internal}\n{external}"]
+    candidates = steps(pred, "candidate")
+    assert [c["passage"] for c in candidates] == [f"knowledge:{form}:1" for form in FORMS]
+    assert [c["text"] for c in candidates] == ["Chief of Protocol", "Unknown", "Chief of Protocol"]
+    # IsREL judges each context by the title it opens with: the retrieved strip outranks the web's.
+    assert [c["relevance"] for c in candidates] == pytest.approx([0.9, 0.8, 0.9], abs=1e-6)
+    assert steps(pred, "chosen")[0]["passages"] == ["knowledge:internal:1"]
+    assert pred.answer == "Chief of Protocol"
+
+
+def test_released_contexts_leave_out_empty_knowledge():
+    pred, lm = run({"upper": 0.95, "lower": 0.9}, web="none")
+    assert steps(pred, "search")[0]["skipped"] is True
+    assert steps(pred, "contexts")[0]["given"] == ["internal"]
+    assert steps(pred, "contexts")[0]["empty"] == ["external", "combined"]
+    # The action would have been Incorrect, leaving nothing; the internal knowledge still reaches Self-RAG.
+    assert written_from(lm) == [strip(SHIRLEY)] and pred.answer == "Chief of Protocol"
+
+    pred, lm = run({"strip_threshold": 0.95}, web="none")
+    assert steps(pred, "contexts")[0]["given"] == []
+    assert steps(pred, "no_evidence")[0]["reason"] == "no passage was found"
+    assert written_from(lm) == [None] and pred.answer == "Unknown"
+
+
 def test_parameters():
     program = build_program("self-crag", FixedPassages(SHIRLEY), scorer="lm")
     assert program.k == 10 and program.delta == 0.2 and program.upper == 0.5 and program.lower == -0.9
+    assert program.contexts == "released"
+    with pytest.raises(ConfigError, match="parameter 'contexts' must be one of \\['released', 'action'\\]"):
+        build_program("self-crag", FixedPassages(SHIRLEY), contexts="all")
     with pytest.raises(ConfigError, match="self-crag: parameter 'lower' .* must not exceed parameter 'upper'"):
         build_program("self-crag", FixedPassages(SHIRLEY), upper=0.1, lower=0.2)
     with pytest.raises(ConfigError, match="parameter 'scorer'"):
@@ -156,7 +194,7 @@ def test_arag_eval_runs_self_crag_over_a_loopback_server(shared_dataset, tmp_pat
     assert len(rows) == 3 and not any("error" in row for row in rows)
     for row in rows:
         kinds = [step["step"] for step in row["trace"]]
-        assert kinds[:4] == ["retrieval_decision", "retrieve", "evaluate", "action"]
+        assert kinds[:5] == ["retrieval_decision", "retrieve", "refine", "search", "contexts"]
         assert "candidate" in kinds and kinds[-2:] == ["chosen", "answer"]
     assert {r["path"] for r in server.requests} == {"/v1/chat/completions"}
     assert all(r["body"].get("logprobs") is True for r in server.requests if "relevant" in json.dumps(r["body"]))
