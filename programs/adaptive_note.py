@@ -67,6 +67,8 @@ REPEATED_QUERY = "repeated_query"
 @register
 class AdaptiveNote(RAGProgram):
     name = "adaptive-note"
+    follows = ("the paper (Wang et al., 2024) by default; query_style=official: the official code "
+               "(thunlp/Adaptive-Note, src/main.py)")
     params = (T_IU, T_CI, T_RP, K, QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
 
     def __init__(self, retriever=None, **params):

@@ -178,6 +178,8 @@ class KnowledgeCorrector(dspy.Module):
 @register
 class CRAG(RAGProgram):
     name = "crag"
+    follows = ("the paper (Yan et al., 2024) by default; --preset official-popqa / official-pubhealth and "
+               "refinement=official: the official scripts (HuskyInSalt/CRAG, scripts/CRAG_Inference.py)")
     params = (CRAG_K, *CORRECTION_PARAMS, REASONING)
     presets = THRESHOLD_PRESETS
 

@@ -96,6 +96,8 @@ class FLARE(ActiveGeneration):
     """
 
     name = "flare"
+    follows = ("the paper (Jiang et al., 2023); where it is silent, the official code (jzbjyb/FLARE, src/templates.py, "
+               "src/models.py): ties at theta and beta, unsure terms of tokens fewer than 5 apart")
     params = (THETA, BETA, QUERY_MODE, QUERY_WITH_QUESTION, K_FLARE, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
 
     def __init__(self, retriever=None, **params):
@@ -147,6 +149,8 @@ class FLAREInstruct(RAGProgram):
     """
 
     name = "flare-instruct"
+    follows = ("the paper (Jiang et al., 2023); forbid_after_search as the official forbid_generate_step; past the "
+               "search cap, writing goes on")
     params = (K_FLARE, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS, FORBID_AFTER_SEARCH, SEARCH_TOKEN_IDS)
 
     def __init__(self, retriever=None, **params):

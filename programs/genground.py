@@ -42,6 +42,7 @@ class GenGround(RAGProgram):
     """GenGround: answer deduction from the model's knowledge, then instructed grounding in batches."""
 
     name = "genground"
+    follows = "the paper (Shi et al., 2024), with a hop budget (max_hops) the paper does not have"
     params = (K, BATCH_SIZE, MAX_HOPS, ANSWER_TYPE, REASONING)
 
     def __init__(self, retriever=None, **params):

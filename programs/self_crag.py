@@ -48,6 +48,8 @@ class SelfCRAG(SelfRAG):
     """Self-CRAG: Self-RAG reading CRAG's corrected knowledge instead of the raw top-k passages."""
 
     name = "self-crag"
+    follows = ("the released pipeline (HuskyInSalt/CRAG, scripts/data_process.py) by default; contexts=action: "
+               "the paper's description")
     params = SELF_CRAG_PARAMS
     presets = THRESHOLD_PRESETS
 

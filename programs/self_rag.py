@@ -105,6 +105,8 @@ class SelfRAG(RAGProgram):
     """Self-RAG: on-demand retrieval, critiqued candidates per passage, segment-level beam search."""
 
     name = "self-rag"
+    follows = ("the paper (Asai et al., 2023), the segment score as the official run_short_form.py computes it; "
+               "retrieve_rule=long-form: the official run_long_form_static.py")
     params = SELF_RAG_PARAMS
 
     def __init__(self, retriever=None, **params):
