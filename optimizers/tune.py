@@ -513,8 +513,7 @@ def _open_study(storage: str | optuna.storages.BaseStorage, name: str, goals: Se
         storage = _rdb_storage(storage, display)
     else:
         display = type(storage).__name__
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(2, trials // 3)),
-                                         constant_liar=True)
+    sampler = _ReproducibleTPESampler(seed=seed, n_startup_trials=min(10, max(2, trials // 3)), constant_liar=True)
     try:
         study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True, sampler=sampler,
                                     pruner=pruner, directions=[g.direction for g in goals])
@@ -529,6 +528,27 @@ def _open_study(storage: str | optuna.storages.BaseStorage, name: str, goals: Se
             raise ConfigError(f"study {name!r} in {display} was made with other settings ({', '.join(changed)}); "
                               "use another --study, or the same settings to continue it")
     return study, display
+
+
+class _ReproducibleTPESampler(optuna.samplers.TPESampler):
+    """TPE whose random draws for a trial depend only on the seed and the trials finished before it, so that a
+    study stopped and continued (a new sampler, a killed trial left failed) proposes what an uninterrupted one
+    would have. (Optuna's own seeded sampler restarts its random stream on every run.) One worker only: with
+    several, the order in which trials finish differs from run to run anyway."""
+
+    def __init__(self, *, seed: int | None, **options: Any) -> None:
+        super().__init__(seed=seed, **options)
+        self._seed = seed
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        super().before_trial(study, trial)
+        if self._seed is None:
+            return
+        finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
+        draw_seed = (self._seed * 1_000_003 + finished) % 2**32
+        # Optuna keeps no public way to set a sampler's random state; both of TPE's generators are reseeded.
+        self._rng.rng.seed(draw_seed)
+        self._random_sampler._rng.rng.seed(draw_seed)
 
 
 def _rdb_storage(url: str, display: str) -> optuna.storages.RDBStorage:

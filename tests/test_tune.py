@@ -158,6 +158,17 @@ def test_a_rerun_continues_the_study_to_its_total_and_refuses_other_settings(ret
              **{**common, "ranges": {"k": (2, 12)}})
 
 
+def test_a_study_continued_by_another_run_proposes_what_an_uninterrupted_one_did(retriever, tmp_path):
+    devset = EXAMPLES[:4]
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    common = {"objectives": ("em",), "lm": lm, "plots": False, "seed": 3, "pruner": "none", **SEARCH}
+    whole = tune("single-rag", devset, retriever, trials=8, out_dir=tmp_path / "whole", **common)
+    tune("single-rag", devset, retriever, trials=3, out_dir=tmp_path / "parts", **common)
+    parts = tune("single-rag", devset, retriever, trials=8, out_dir=tmp_path / "parts", **common)
+    proposed = [[(t.params["k"], t.values) for t in r.study.get_trials()] for r in (whole, parts)]
+    assert proposed[0] == proposed[1] and len({k for k, _ in proposed[0]}) > 2
+
+
 def test_a_trial_asked_for_after_other_workers_took_the_budget_is_never_run(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits)
     common = {"out_dir": tmp_path, "objectives": ("em",), "lm": lm, "plots": False, **SEARCH}
