@@ -106,7 +106,8 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
               help="Fixed program parameter key=value, not searched (repeatable).")
 @click.option("--params-file", type=click.Path(), help="JSON file of fixed program parameters.")
 @click.option("--search", "search_names", multiple=True,
-              help="Search only these parameters (repeatable; default: all tunable).")
+              help="Search this parameter, NAME or NAME=LOW:HIGH (repeatable; default: the method's thresholds and "
+                   "decision knobs, marked in `arag programs`); `--search all` searches every tunable parameter.")
 @click.option("--range", "range_pairs", multiple=True,
               help="Narrow a numeric search range: name=LOW:HIGH (repeatable).")
 @click.option("--chunk-size", type=click.IntRange(min=1),

@@ -120,6 +120,9 @@ def parse_objectives(names: Sequence[str]) -> list[Objective]:
     return [Objective(name) for name in names]
 
 
+SEARCH_ALL = "all"
+
+
 def search_space(
     program_name: str,
     *,
@@ -127,37 +130,52 @@ def search_space(
     search: Sequence[str] | None = None,
     ranges: Mapping[str, Sequence[float]] | None = None,
 ) -> list[Param]:
-    """The parameters Optuna varies: the program's tunable ones (or `search`), less the `fixed` ones,
-    numeric ranges narrowed by `ranges` ({name: (low, high)}) within the declared bounds."""
+    """The parameters Optuna varies, less the `fixed` ones: by default the program's thresholds and decision
+    knobs (its `searched` parameters, over their search ranges); `search=["all"]` every tunable parameter over
+    its valid range; else the named ones (`name` or `name=LOW:HIGH`). `ranges` ({name: (low, high)}) narrows
+    numeric ranges within the declared bounds."""
     cls = get_program(program_name)
     declared = {p.name: p for p in cls.params}
     fixed = dict(fixed or {})
-    for name in [*(search or ()), *(ranges or {})]:
+    ranges = dict(ranges or {})
+    named = []
+    for entry in search or ():
+        name, equals, bounds = entry.partition("=")
+        if equals:
+            ranges[name] = tuple(bounds.split(":"))
+        named.append(name)
+    everything = named == [SEARCH_ALL]
+    for name in [*(() if everything else named), *ranges]:
         if name not in declared:
             raise ConfigError(f"{program_name} has no parameter {name!r}; known: {', '.join(declared)}")
-    if search:
-        chosen = [declared[name] for name in dict.fromkeys(search)]
+    if named and not everything:
+        chosen = [declared[name] for name in dict.fromkeys(named)]
         both = [p.name for p in chosen if p.name in fixed]
         if both:
             raise ConfigError(f"parameter(s) {', '.join(both)} are both searched and fixed")
-    else:
+    elif everything:
         chosen = [p for p in cls.params if p.tunable and p.name not in fixed]
+    else:
+        chosen = [p for p in cls.params if p.searched and p.name not in fixed]
+        chosen = [dataclasses.replace(p, low=p.search_range[0], high=p.search_range[1]) if p.search_range else p
+                  for p in chosen]
     space = []
     for param in chosen:
-        if param.name in (ranges or {}):
-            param = _narrowed(param, ranges[param.name], program_name)
+        if param.name in ranges:
+            param = _narrowed(declared[param.name], ranges[param.name], program_name)
         if param.choices is None and param.kind in (int, float) and (param.low is None or param.high is None):
             raise ConfigError(f"{program_name}: parameter {param.name!r} has no declared range; "
                               f"give one (--range {param.name}=LOW:HIGH) or fix it (--param {param.name}=VALUE)")
         space.append(param)
-    for name in ranges or {}:
+    for name in ranges:
         if name not in {p.name for p in space}:
-            raise ConfigError(f"--range {name}: the parameter is not searched (it is fixed or not tunable; "
-                              f"--search {name} searches it)")
+            raise ConfigError(f"--range {name}: the parameter is not searched (it is fixed, or not searched by "
+                              f"default: --search {name} searches it)")
     if not space:
-        raise ConfigError(f"{program_name} has no parameter left to tune (tunable: "
+        raise ConfigError(f"{program_name} has no parameter left to tune (searched by default: "
+                          f"{', '.join(p.name for p in cls.params if p.searched) or 'none'}; tunable: "
                           f"{', '.join(p.name for p in cls.params if p.tunable) or 'none'}; fixed: "
-                          f"{', '.join(fixed) or 'none'})")
+                          f"{', '.join(fixed) or 'none'}); name some with --search NAME or --search all")
     return space
 
 

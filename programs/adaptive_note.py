@@ -49,9 +49,12 @@ from arag.signatures.notes import (
     WriteNote,
 )
 
-T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10)
-T_CI = Param("t_ci", 3, "stop after this many collection iterations", low=1, high=10)
-T_RP = Param("t_rp", 15, "stop once this many distinct passages were retrieved", low=1, high=100)
+T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10,
+             searched=True, search_range=(1, 3))
+T_CI = Param("t_ci", 3, "stop after this many collection iterations", low=1, high=10, searched=True,
+             search_range=(1, 5))
+T_RP = Param("t_rp", 15, "stop once this many distinct passages were retrieved", low=1, high=100,
+             searched=True, search_range=(5, 30))
 QUERY_WITH_QUESTION = Param("query_with_question", False,
                             "retrieve with the new query followed by the question instead of the query alone "
                             "(query_style=official always does)")

@@ -47,8 +47,10 @@ from arag.signatures.queries import RewriteAsKeywords
 from arag.trace import current_trace, note
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
-UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0)
-LOWER = Param("lower", -0.9, "Incorrect when every passage scores below this (lower <= upper)", low=-1.0, high=1.0)
+UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0,
+              searched=True)
+LOWER = Param("lower", -0.9, "Incorrect when every passage scores below this (lower <= upper)", low=-1.0,
+              high=1.0, searched=True)
 CRAG_K = replace(K, default=10)
 STRIP_MODE = Param("strip_mode", "sentences",
                    "knowledge strips: groups of 3 sentences, 50-word windows, or whole passages", choices=STRIP_MODES)

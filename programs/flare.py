@@ -56,14 +56,15 @@ from arag.signatures.generation import ContinueAnswerWithSearch
 from arag.signatures.queries import QuestionForSpan
 
 THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
-              "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0)
+              "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0, searched=True)
 BETA = Param("beta", 0.4, "tokens at or below beta are masked out of the query (masked) or asked about (questions)",
-             low=0.0, high=1.0)
+             low=0.0, high=1.0, searched=True)
 QUERY_MODE = Param("query_mode", "masked", "masked: the draft without its unsure tokens; questions: one "
                    "LM-written question per unsure span", choices=("masked", "questions"))
 QUERY_WITH_QUESTION = Param("query_with_question", False, "prepend the user's question to every query")
 
-MAX_SEARCHES = Param("max_searches", 3, "cap on the searches per answer", low=0, high=20)
+MAX_SEARCHES = Param("max_searches", 3, "cap on the searches per answer", low=0, high=20, searched=True,
+                     search_range=(0, 5))
 SEARCH_LOGIT_BIAS = Param(
     "search_logit_bias", "",
     "TOKEN_ID:BIAS[,TOKEN_ID:BIAS...] sent as the endpoint's logit_bias, e.g. to make the search marker's "

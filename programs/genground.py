@@ -27,7 +27,8 @@ from arag.signatures.grounding import (
 )
 
 K = Param("k", 10, "passages retrieved per sub-question", low=1, high=100)
-BATCH_SIZE = Param("batch_size", 3, "passages per grounding call (b), fed in rank order", low=1, high=20)
+BATCH_SIZE = Param("batch_size", 3, "passages per grounding call (b), fed in rank order", low=1, high=20,
+                   searched=True, search_range=(1, 5))
 MAX_HOPS = Param("max_hops", 7, "deduction steps before the loop stops without a final answer", low=1, high=20)
 ANSWER_TYPE = Param("answer_type", "short", "short answers, or yes/no for StrategyQA-style questions",
                     choices=("short", "yes_no"), tunable=False)

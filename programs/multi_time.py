@@ -30,8 +30,9 @@ from arag.programs.registry import register
 from arag.retrievers.base import dedup
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
-               low=1, high=256)
-MAX_PASSAGES = Param("max_passages", 15, "cap on the passages accumulated in context (IRCoT's 15)", low=1, high=100)
+               low=1, high=256, searched=True, search_range=(8, 64))
+MAX_PASSAGES = Param("max_passages", 15, "cap on the passages accumulated in context (IRCoT's 15)", low=1, high=100,
+                     searched=True, search_range=(5, 20))
 
 WORD_END_TOKENS = 8  # drafted beyond a window, so that it can end where its last word ends
 

@@ -10,7 +10,9 @@ from arag.errors import ConfigError
 
 @dataclass(frozen=True)
 class Param:
-    """A program parameter: its type, default, valid range or choices, and whether it is tuned."""
+    """A program parameter: its type, default, valid range or choices, whether it may be tuned (`tunable`), and
+    whether `arag tune` searches it unless told otherwise (`searched`: the method's thresholds and decision
+    knobs), over `search_range` when that is narrower than the valid range."""
 
     name: str
     default: Any
@@ -20,6 +22,8 @@ class Param:
     choices: Sequence[Any] | None = None
     log: bool = False
     tunable: bool = True
+    searched: bool = False
+    search_range: tuple[float, float] | None = None
 
     @property
     def kind(self) -> type:
@@ -82,6 +86,9 @@ class Param:
             space = f"[{self.low}, {self.high}]"
         else:
             space = self.kind.__name__
+        if self.searched:
+            low, high = self.search_range or (self.low, self.high)
+            space += " (tuned by default" + (f" over [{low}, {high}])" if self.search_range else ")")
         return f"{self.name}={self.default!r} {space}  {self.help}"
 
 

@@ -14,7 +14,8 @@ from arag.retrievers.base import format_passages
 from arag.signatures.generation import AnswerBySearching
 from arag.trace import note
 
-MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30)
+MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30,
+                  searched=True, search_range=(1, 10))
 
 
 class _ReAct(dspy.ReAct):

@@ -15,7 +15,8 @@ from arag.signatures.answering import AnswerFromPassages
 from arag.signatures.generation import AnswerFromFollowUps
 from arag.signatures.queries import NextFollowUp
 
-MAX_FOLLOW_UPS = Param("max_follow_ups", 5, "cap on the follow-up questions per answer", low=1, high=20)
+MAX_FOLLOW_UPS = Param("max_follow_ups", 5, "cap on the follow-up questions per answer", low=1, high=20,
+                       searched=True, search_range=(1, 5))
 
 
 @register

@@ -65,14 +65,17 @@ from arag.signatures.judging import JudgeRelevance
 MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delta), always, never",
              choices=("adaptive", "always", "never"), tunable=False)
 DELTA = Param("delta", 0.2, "retrieve when p(yes) normalised over {yes, no} exceeds this; larger, fewer retrievals",
-              low=0.0, high=1.0)
+              low=0.0, high=1.0, searched=True)
 RETRIEVE_RULE = Param("retrieve_rule", "normalised",
                       "what delta is compared with: normalised, p(yes)/(p(yes)+p(no)); long-form, the official "
                       "long-form code's (p(yes)+p(continue))/(p(yes)+p(no))", choices=("normalised", "long-form"),
                       tunable=False)
-W_REL = Param("w_rel", 1.0, "weight of the relevance critique (IsREL) in a candidate's score", low=0.0, high=5.0)
-W_SUP = Param("w_sup", 1.0, "weight of the support critique (IsSUP) in a candidate's score", low=0.0, high=5.0)
-W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score", low=0.0, high=5.0)
+W_REL = Param("w_rel", 1.0, "weight of the relevance critique (IsREL) in a candidate's score", low=0.0, high=5.0,
+              searched=True, search_range=(0.0, 2.0))
+W_SUP = Param("w_sup", 1.0, "weight of the support critique (IsSUP) in a candidate's score", low=0.0, high=5.0,
+              searched=True, search_range=(0.0, 2.0))
+W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score", low=0.0, high=5.0,
+              searched=True, search_range=(0.0, 2.0))
 BEAM_WIDTH = Param("beam_width", 2, "paths kept after each segment (B)", low=1, high=16, tunable=False)
 MAX_DEPTH = Param("max_depth", 1, "most segments per answer (T): 1 is short-form; the official long-form setting is 6",
                   low=1, high=20, tunable=False)

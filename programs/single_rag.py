@@ -1,5 +1,7 @@
 """Single-time RAG: retrieve once with the question, answer from the top k passages."""
 
+from dataclasses import replace
+
 from arag.programs.base import K, RAGProgram
 from arag.programs.registry import register
 from arag.programs.steps import REASONING, predictor
@@ -10,7 +12,7 @@ from arag.signatures import AnswerFromPassages
 @register
 class SingleRAG(RAGProgram):
     name = "single-rag"
-    params = (K, REASONING)
+    params = (replace(K, searched=True, search_range=(1, 20)), REASONING)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
