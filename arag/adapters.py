@@ -6,7 +6,8 @@ structured outputs, arag's local model — can only produce output that parses: 
 `Literal`, booleans as booleans, strings closed within their length. `TextAdapter` is DSPy's
 ChatAdapter (`[[ ## field ## ]]` sections, JSON as a fallback) for endpoints that refuse schemas.
 
-Both give each call a `max_tokens` that fits its output fields (a yes/no judgement needs a few tokens,
+Both hold one of the process's LM-call slots (`arag.concurrency`) while a call runs, and give each call a
+`max_tokens` that fits its output fields (a yes/no judgement needs a few tokens,
 not the LM's whole budget) unless the caller set one, and JSON output whose `str` field holds an object
 or a list is refused instead of passed on as its Python repr.
 """
@@ -21,6 +22,8 @@ import dspy
 import json_repair
 import pydantic
 from dspy.utils.exceptions import AdapterParseError
+
+from arag.concurrency import lm_slot
 
 # Length budgets, in characters, of string output fields that declare none (dspy.OutputField(max_length=N)).
 REASONING_CHARS = 600
@@ -118,6 +121,14 @@ class SchemaAdapter(dspy.JSONAdapter):
         self.lengths = lengths
         self.constrained = constrained
 
+    def __call__(self, lm, lm_kwargs, signature, demos, inputs):
+        with lm_slot():
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+
+    async def acall(self, lm, lm_kwargs, signature, demos, inputs):
+        with lm_slot():
+            return await super().acall(lm, lm_kwargs, signature, demos, inputs)
+
     def _prepare_response_format(self, lm, lm_kwargs, signature):
         _with_budget(lm, lm_kwargs, signature)
         if "response_format" in lm_kwargs or not self.constrained:
@@ -150,11 +161,13 @@ class TextAdapter(dspy.ChatAdapter):
 
     def __call__(self, lm, lm_kwargs, signature, demos, inputs):
         _with_budget(lm, lm_kwargs, signature)
-        return super().__call__(lm, lm_kwargs, signature, demos, inputs)
+        with lm_slot():
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
 
     async def acall(self, lm, lm_kwargs, signature, demos, inputs):
         _with_budget(lm, lm_kwargs, signature)
-        return await super().acall(lm, lm_kwargs, signature, demos, inputs)
+        with lm_slot():
+            return await super().acall(lm, lm_kwargs, signature, demos, inputs)
 
 
 def default_adapter(lm: dspy.BaseLM | None = None, structured: bool = True) -> dspy.Adapter:

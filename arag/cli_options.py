@@ -15,7 +15,8 @@ from arag.errors import ConfigError
 
 @dataclass(frozen=True)
 class LMSetup:
-    """The LM the options describe: --lm, --api-base, --api-key-env, --logprobs, --lm-arg, --no-schema."""
+    """The LM the options describe: --lm, --api-base, --api-key-env, --logprobs, --lm-arg, --no-schema,
+    --lm-concurrency."""
 
     spec: str | None
     api_base: str | None = None
@@ -23,6 +24,7 @@ class LMSetup:
     logprobs: bool = False
     args: tuple[str, ...] = ()
     schema: bool = True
+    concurrency: int | None = None
 
     def build(self):
         """The dspy.LM, with arag's text adapter configured when --no-schema is given; a clear error when no
@@ -30,6 +32,7 @@ class LMSetup:
         import dspy
 
         from arag.adapters import TextAdapter
+        from arag.concurrency import set_lm_concurrency
         from arag.lm import build_lm
         from arag.programs.params import parse_assignments
 
@@ -42,6 +45,8 @@ class LMSetup:
                       top_logprobs=5 if self.logprobs else None, **extra)
         if not self.schema:
             dspy.configure(adapter=TextAdapter())
+        if self.concurrency is not None:
+            set_lm_concurrency(self.concurrency)
         return lm
 
     def check_server(self) -> None:
@@ -60,13 +65,17 @@ def _json_value(text: str) -> Any:
 
 
 def lm_options(fn):
-    """--lm, --api-base, --api-key-env, --logprobs, --lm-arg and --no-schema, passed on as `lm_setup`."""
+    """--lm, --api-base, --api-key-env, --logprobs, --lm-arg, --no-schema and --lm-concurrency, passed on as
+    `lm_setup`."""
 
     @functools.wraps(fn)
-    def command(*args, lm_spec, api_base, api_key_env, logprobs, lm_args, no_schema, **kwargs):
-        setup = LMSetup(lm_spec, api_base, api_key_env, logprobs, lm_args, not no_schema)
+    def command(*args, lm_spec, api_base, api_key_env, logprobs, lm_args, no_schema, lm_concurrency, **kwargs):
+        setup = LMSetup(lm_spec, api_base, api_key_env, logprobs, lm_args, not no_schema, lm_concurrency)
         return fn(*args, lm_setup=setup, **kwargs)
 
+    command = click.option("--lm-concurrency", type=click.IntRange(min=1),
+                           help="At most this many LM calls at once in this process, shared by --threads and the "
+                                "independent calls inside a question (default 32; 1: one call at a time).")(command)
     command = click.option("--no-schema", is_flag=True,
                            help="Do not constrain outputs to each signature's JSON schema (for endpoints that refuse "
                                 "response_format): DSPy's [[ ## field ## ]] format instead.")(command)

@@ -607,9 +607,12 @@ def complete_raw(
     ``config`` overrides the LM's settings for this call (``stop``, ``max_tokens``, ``temperature`` ...).
     Cached like any DSPy call.
     """
+    from arag.concurrency import lm_slot
+
     if top_logprobs is not None:
         config["top_logprobs"] = top_logprobs
-    output = lm(prompt, logprobs=True, **config)[0]
+    with lm_slot():
+        output = lm(prompt, logprobs=True, **config)[0]
     text = output.get("text") or ""
     return (text, completion_logprobs(output)) if text else ("", [])
 

@@ -42,10 +42,11 @@ class Trace:
 
     def retrieval(self, query: str, passages: Sequence[Passage], *, why: str, k: int) -> dict[str, Any]:
         """Record one retriever call: the query, why it was made, and which passages were new."""
-        with self._lock:
-            self.retrieval_calls += 1
-            new = [p.id for p in passages if p.id not in self.passage_ids]
-            self.passage_ids.update(new)
+        counts = self.counted_in()
+        with counts._lock:
+            counts.retrieval_calls += 1
+            new = [p.id for p in passages if p.id not in counts.passage_ids]
+            counts.passage_ids.update(new)
         return self.add(
             "retrieve",
             why=why,
@@ -54,6 +55,10 @@ class Trace:
             passages=[{"id": p.id, "title": p.title, "score": round(float(p.score), 4)} for p in passages],
             new_ids=new,
         )
+
+    def counted_in(self) -> Trace:
+        """The trace whose counts this one's calls add to: itself."""
+        return self
 
     def counts(self) -> dict[str, int]:
         return {
@@ -67,6 +72,35 @@ class Trace:
     def prediction(self, **fields: Any) -> dspy.Prediction:
         """The program's result: its output fields, the steps, and the counts."""
         return dspy.Prediction(**fields, trace=list(self.steps), **self.counts())
+
+
+class Branch(Trace):
+    """The steps of one of several things done at once within a question (`arag.concurrency.fan_out`): they
+    are kept apart while it runs and added to the trace after the ones before it; its counts go to the trace."""
+
+    def __init__(self, trunk: Trace) -> None:
+        super().__init__()
+        self.trunk = trunk
+
+    def counted_in(self) -> Trace:
+        return self.trunk.counted_in()
+
+    def run(self, fn: Any, *args: Any) -> Any:
+        """`fn(*args)` with this branch as the active trace (in the calling thread's context)."""
+        token = _active.set(self)
+        try:
+            return fn(*args)
+        finally:
+            _active.reset(token)
+
+    def merge(self) -> None:
+        """Append this branch's steps to its trunk."""
+        with self.trunk._lock:
+            self.trunk.steps.extend(self.steps)
+
+
+def branch_of(trace: Trace | None) -> Branch | None:
+    return Branch(trace) if trace is not None else None
 
 
 class _LMCallCounter(BaseCallback):

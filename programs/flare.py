@@ -35,6 +35,7 @@ from typing import Sequence
 
 import dspy
 
+from arag.concurrency import fan_out
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
 from arag.programs.active_generation import (
@@ -131,7 +132,7 @@ class FLARE(ActiveGeneration):
             spans = low_confidence_spans(lookahead.tokens, self.beta)
             step["spans"] = spans
             context = f"{answer.text} {lookahead.text}".strip()
-            asked = [self.write_question(text=context, span=span).question.strip() for span in spans]
+            asked = fan_out(lambda span: self.write_question(text=context, span=span).question.strip(), spans)
             queries = [question for question in asked if question.endswith("?")] or [lookahead.text]
             dropped = [question for question in asked if not question.endswith("?")]
             if dropped:

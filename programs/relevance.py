@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 import dspy
 
+from arag.concurrency import fan_out
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
 from arag.programs.steps import judged, split_sentences
@@ -93,7 +94,8 @@ class LMScorer(dspy.Module):
         return "lm"
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
-        return _score_non_blank(texts, lambda found: [self._judge(question, text) for text in found])
+        """One judgement per text, all at once (they are independent)."""
+        return _score_non_blank(texts, lambda found: fan_out(lambda text: self._judge(question, text), found))
 
     def _judge(self, question: str, text: str) -> float:
         prediction = judged(self.judge, "score 0: neither relevant nor irrelevant", question=question, passage=text)

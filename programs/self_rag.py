@@ -45,6 +45,7 @@ from typing import Mapping, Protocol, Sequence
 
 import dspy
 
+from arag.concurrency import fan_out
 from arag.data.metrics import normalize_answer
 from arag.errors import ConfigError, LMError
 from arag.lm import TokenLogprob, complete_raw, field_logprobs, label_probabilities, raw_prompt_lm, require_lm
@@ -146,8 +147,9 @@ class SelfRAG(RAGProgram):
         children: list[Path] = []
         if action == "retrieve":
             passages = self.evidence(question, retrieval_query(question, path), depth)
-            children = [self.candidate(question, path, passage, depth, number, last)
-                        for number, passage in enumerate(passages, 1)]
+            # One candidate per passage, written and critiqued at once (they are independent).
+            children = fan_out(lambda numbered: self.candidate(question, path, numbered[1], depth, numbered[0], last),
+                               list(enumerate(passages, 1)))
             kept = self.admissible(children)
             if kept:
                 return kept
@@ -392,23 +394,37 @@ class PromptedCritics(dspy.Module):
     def write(self, question: str, written: Sequence[Segment], passage: Passage | None, *,
               continued: bool, last: bool) -> Segment:
         so_far = join_texts([s.text for s in written])
-        if passage is None:
-            prediction = self.continue_answer(question=question, answer_so_far=so_far)
-        else:
-            prediction = self.continue_from_passage(question=question, passage=passage.long_text,
-                                                    answer_so_far=so_far)
+
+        def generate() -> dspy.Prediction:
+            if passage is None:
+                return self.continue_answer(question=question, answer_so_far=so_far)
+            return self.continue_from_passage(question=question, passage=passage.long_text, answer_so_far=so_far)
+
+        def relevance() -> dict[str, float] | None:
+            if passage is None or continued:
+                return None
+            judged = self.judge_relevance(question=question, passage=passage.long_text)
+            return self.probabilities(judged, "relevant", self.RELEVANCE_LABELS)
+
+        # IsREL needs no segment: it is judged while the segment is written; IsSUP and IsUSE then at once.
+        prediction, relevant = fan_out(lambda step: step(), [generate, relevance])
         continuation = prediction.continuation.strip()
         sentences = split_sentences(continuation)
         text = continuation if last or len(sentences) <= 1 else sentences[0].strip()
-        critiques = {}
-        if passage is not None and not continued:
-            judged = self.judge_relevance(question=question, passage=passage.long_text)
-            critiques["relevance"] = self.probabilities(judged, "relevant", self.RELEVANCE_LABELS)
-        if passage is not None:
+
+        def support() -> dict[str, float] | None:
+            if passage is None:
+                return None
             judged = self.judge_support(question=question, passage=passage.long_text, statement=text)
-            critiques["support"] = self.probabilities(judged, "support", self.SUPPORT_LABELS)
-        rated = self.rate_utility(question=question, response=join_texts([so_far, text]))
-        critiques["utility"] = self.probabilities(rated, "utility", self.UTILITY_LABELS)
+            return self.probabilities(judged, "support", self.SUPPORT_LABELS)
+
+        def utility() -> dict[str, float]:
+            rated = self.rate_utility(question=question, response=join_texts([so_far, text]))
+            return self.probabilities(rated, "utility", self.UTILITY_LABELS)
+
+        supported, useful = fan_out(lambda step: step(), [support, utility])
+        critiques = {group: probabilities for group, probabilities in
+                     (("relevance", relevant), ("support", supported), ("utility", useful)) if probabilities is not None}
         return Segment(text=text, transcript=text, sequence_score=self.sequence_score(prediction, text),
                        critiques=critiques, passage=passage, finished=text == continuation)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-SCRIPTS = ("cost", "throughput", "overhead", "retrieval")
+SCRIPTS = ("cost", "throughput", "overhead", "retrieval", "latency")
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,8 @@ def test_no_program_makes_an_lm_call_its_algorithm_does_not_require(quick_runs):
 def test_each_benchmark_reports_the_figures_its_target_is_about(quick_runs):
     assert re.search(r"^\| flare \| 4 \| 8 \|", quick_runs["throughput"].stdout, re.MULTILINE)
     assert "ratio framework CPU per LM call:" in quick_runs["overhead"].stdout
+    assert re.search(r"^ratio crag: latency / critical path [\d.]+ one call at a time, [\d.]+ at once",
+                     quick_runs["latency"].stdout, re.MULTILINE)
     retrieval = quick_runs["retrieval"].stdout
     assert "ratio bm25 single-query p50 at 3,000 passages:" in retrieval
     assert re.search(r"^\| BM25 .* \| [01]\.\d{3} \|", retrieval, re.MULTILINE)
