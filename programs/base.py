@@ -9,7 +9,7 @@ import dspy
 from arag.adapters import default_adapter
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
-from arag.retrievers.base import Passage, Retriever
+from arag.retrievers.base import Passage, Retriever, as_retriever
 from arag.trace import current_trace, note, recording
 from arag.programs.params import Param, resolve_params
 
@@ -34,7 +34,7 @@ class RAGProgram(dspy.Module):
         super().__init__()
         if self.needs_retriever and retriever is None:
             raise ConfigError(f"program {self.name!r} needs a retriever: pass --corpus PATH or --retriever SPEC")
-        self.retriever = retriever
+        self.retriever = None if retriever is None else as_retriever(retriever)
         self.config = resolve_params(self.params, self.with_preset(preset, params), self.name)
         self.check_params(self.config)
         for key, value in self.config.items():

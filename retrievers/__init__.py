@@ -1,8 +1,20 @@
-"""Retrievers: one protocol (`retrieve(query, k) -> list[Passage]`) and its implementations."""
+"""Retrievers: one protocol (`retrieve(query, k) -> list[Passage]`), its implementations, and `as_retriever`,
+which brings DSPy's retrievers and plain search functions into it."""
 
 import importlib
 
-from arag.retrievers.base import MAX_K, BaseRetriever, Passage, Retriever, check_k, dedup, format_passages
+from arag.retrievers.base import (
+    ACCEPTED_RETRIEVERS,
+    MAX_K,
+    BaseRetriever,
+    CallableRetriever,
+    Passage,
+    Retriever,
+    as_retriever,
+    check_k,
+    dedup,
+    format_passages,
+)
 
 _LAZY_EXPORTS = {
     "BM25Retriever": "arag.retrievers.bm25",
@@ -21,16 +33,19 @@ _LAZY_EXPORTS = {
 }
 
 __all__ = [
+    "ACCEPTED_RETRIEVERS",
     "INDEX_KINDS",
     "MAX_K",
     "BM25Retriever",
     "BaseRetriever",
+    "CallableRetriever",
     "ColBERTRetriever",
     "ColBERTv2Retriever",
     "DenseRetriever",
     "Passage",
     "Retriever",
     "SearchServer",
+    "as_retriever",
     "build_index",
     "check_k",
     "dedup",

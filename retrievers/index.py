@@ -8,10 +8,11 @@ import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers.base import Passage, Retriever
+from arag.retrievers.base import Passage, Retriever, as_retriever
 from arag.retrievers.bm25 import BM25Retriever
 from arag.retrievers.colbert import ColBERTRetriever
 from arag.retrievers.colbert_http import ColBERTv2Retriever
@@ -93,12 +94,18 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
     return index_class.load(index_dir)
 
 
-def open_retriever(spec: str | None = None, *, corpus: str | Path | None = None) -> Retriever:
+def open_retriever(spec: Any = None, *, corpus: str | Path | None = None) -> Retriever:
     """The retriever a spec names (`KIND:DIR`, an index folder, or a ColBERTv2 server URL), else the
     cached BM25 index of `corpus`.
 
-    `spec` wins when both are given.
+    `spec` may also be a retriever object, returned ready for any program (see `as_retriever`): an arag
+    retriever, a DSPy retriever (`dspy.ColBERTv2`, `dspy.retrievers.Embeddings`, `dspy.Retrieve`, ...)
+    or a search function `(query, k) -> results`. `spec` wins when both are given.
     """
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if spec is not None and not isinstance(spec, str):
+        return as_retriever(spec)
     if spec:
         if spec.startswith(("http://", "https://")):
             return ColBERTv2Retriever(spec)
