@@ -114,11 +114,14 @@ def serve_command(index: str, host: str, port: int) -> None:
 @click.option("--max-errors", type=click.IntRange(min=0), default=MAX_ERRORS, show_default=True,
               help="Stop after this many failed questions in a row (0: never stop); failed questions are recorded "
                    "either way and tried again by the next run.")
+@click.option("--max-lm-calls", type=click.IntRange(min=0),
+              help="Stop a question after this many LM calls, recorded as its failure (default: a generous cap "
+                   "derived from the program's parameters; 0: none).")
 @click.option("--out", "out_dir", required=True, type=click.Path(), help="Output folder (reused to resume).")
 def eval_command(program_name: str | None, compiled: str | None, dataset: str, fmt: str, corpus: str | None,
                  retriever_spec: str | None, lm_setup: LMSetup, param_pairs: tuple[str, ...], params_file: str | None,
-                 preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None, threads: int, max_errors: int,
-                 out_dir: str) -> None:
+                 preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None,
+                 threads: int, max_errors: int, max_lm_calls: int | None, out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
     import dspy
 
@@ -163,7 +166,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     lm_setup.check_server()
     with dspy.context(lm=lm):
         result = evaluate(program, examples, out_dir=out_dir, threads=threads, metrics=metrics or None,
-                          run_info=run_info, max_errors=max_errors or None)
+                          run_info=run_info, max_errors=max_errors or None, max_lm_calls=max_lm_calls)
     summary = result.summary
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")

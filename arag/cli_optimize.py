@@ -94,7 +94,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
 @click.option("--trials", required=True, type=click.IntRange(min=1),
               help="Finished (complete or pruned) trials the study should hold in total; a rerun continues up to it.")
 @click.option("--objective", "objectives", multiple=True,
-              help="Metric to maximise or cost per question to minimise (lm_calls, tokens, retrieval_calls, ...); "
+              help="Metric to maximise or cost per question to minimise (lm_calls, tokens, retrieval_calls, seconds, ...); "
                    "repeat for a multi-objective study. Default: f1.")
 @click.option("--storage", help="SQLAlchemy URL of the study (default: sqlite in --out); PostgreSQL lets "
                                 "several workers share one study.")
@@ -116,6 +116,11 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
               help="Stops unpromising trials early (single objective only).")
 @click.option("--seed", type=int, help="Sampler seed (give each worker of a shared study its own).")
 @click.option("--no-plots", is_flag=True, help="Skip the HTML and PNG plots.")
+@click.option("--max-lm-calls", type=click.IntRange(min=0),
+              help="Stop a question after this many LM calls (default: a generous cap derived from the program's "
+                   "parameters; 0: none); a trial whose every question reaches it is pruned.")
+@click.option("--budget", type=click.IntRange(min=1),
+              help="LM calls the whole study may spend (earlier runs' included); no trial starts once spent.")
 @retriever_options
 @lm_options
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
@@ -126,6 +131,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
                  storage: str | None, study_name: str | None, n_jobs: int, compiled: str | None,
                  param_pairs: tuple[str, ...], params_file: str | None, search_names: tuple[str, ...],
                  range_pairs: tuple[str, ...], chunk_size: int | None, pruner: str, seed: int | None, no_plots: bool,
+                 max_lm_calls: int | None, budget: int | None,
                  corpus: str | None, retriever_spec: str | None, lm_setup: LMSetup, limit: int | None, threads: int,
                  out_dir: str) -> None:
     """Tune a program's declared parameters with Optuna; write best_params.json (or the Pareto front),
@@ -156,7 +162,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     result = tune(program_name, examples, retriever, trials=trials, out_dir=out_dir, objectives=objectives or ("f1",),
                   storage=storage, study_name=study_name, n_jobs=n_jobs, compiled=compiled, chunk_size=chunk_size,
                   pruner=pruner, seed=seed, threads=threads, fixed=fixed, search=search_names or None, ranges=ranges,
-                  lm=lm, plots=not no_plots)
+                  lm=lm, plots=not no_plots, max_lm_calls=max_lm_calls, budget=budget)
     cost = {k: v for k, v in result.cost.items() if k != "per_trial"}
     shown = {"study": result.study.study_name, "storage": result.storage, "this_worker_ran": len(result.ran),
              "cost": cost}

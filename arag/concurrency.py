@@ -53,10 +53,13 @@ _holding: contextvars.ContextVar[bool] = contextvars.ContextVar("arag_lm_slot", 
 @contextmanager
 def lm_slot() -> Iterator[None]:
     """Hold one of the process's LM-call slots for the duration of one call (a call made while holding one,
-    such as an adapter's fallback, uses the same slot)."""
+    such as an adapter's fallback, uses the same slot), counted against the question's cap on LM calls."""
     if _holding.get():
         yield
         return
+    trace = current_trace()
+    if trace is not None:
+        trace.begin_lm_call()
     slots = _slots
     with slots:
         token = _holding.set(True)

@@ -37,3 +37,7 @@ class QuestionFailed(Exception):
         self.counts = counts
         where = f" in {step}" if step else ""
         super().__init__(f"{self.kind}{where}: {cause}")
+
+
+class LMCallBudgetSpent(Exception):
+    """A question reached its cap on LM calls (`max_lm_calls`): it stops there, as a failure of that question."""

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
+from arag.programs.base import MAX_LM_CALLS_SETTING
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
@@ -47,6 +48,7 @@ def evaluate(
     run_info: dict[str, Any] | None = None,
     progress: bool = True,
     max_errors: int | None = MAX_ERRORS,
+    max_lm_calls: int | None = None,
 ) -> EvalResult:
     """Run `program` on every example and score it.
 
@@ -59,6 +61,8 @@ def evaluate(
     An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
     its error's kind, message and step, its partial trace and what it spent; the run goes on. A user
     error (AragError) stops the run, and so do `max_errors` failed examples in a row (None: never).
+    `max_lm_calls` caps each example's LM calls (default: the program's own generous cap; 0: none); an example
+    that reaches it fails with LMCallBudgetSpent.
     """
     if max_errors is not None and max_errors < 1:
         raise ConfigError(f"max_errors must be at least 1 (or None for no limit), got {max_errors}")
@@ -75,8 +79,11 @@ def evaluate(
     failures_in_row = 0
     interrupted = False
 
+    cap = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
+
     def run_one(example: dspy.Example) -> dict[str, Any]:
-        return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
+        with dspy.context(**cap):
+            return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
 
     bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
     pool = ThreadPoolExecutor(max_workers=threads)

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import dspy
 from dspy.utils.callback import BaseCallback
 
+from arag.errors import LMCallBudgetSpent
 from arag.retrievers.base import Passage
 
 _active: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("arag_trace", default=None)
@@ -31,6 +32,8 @@ class Trace:
         self.retrieval_calls = 0
         self.passage_ids: set[str] = set()
         self.running: Any = None  # the predictor called last: where a failure happened
+        self.max_lm_calls: int | None = None
+        self.calls_begun = 0
         self._lock = threading.Lock()
 
     def add(self, step: str, **data: Any) -> dict[str, Any]:
@@ -59,6 +62,15 @@ class Trace:
     def counted_in(self) -> Trace:
         """The trace whose counts this one's calls add to: itself."""
         return self
+
+    def begin_lm_call(self) -> None:
+        """Count an LM call about to be made; LMCallBudgetSpent when it would pass `max_lm_calls`."""
+        counts = self.counted_in()
+        with counts._lock:
+            if counts.max_lm_calls is not None and counts.calls_begun >= counts.max_lm_calls:
+                raise LMCallBudgetSpent(f"the question spent its {counts.max_lm_calls} LM calls (max_lm_calls; "
+                                        "raise it with --max-lm-calls N)")
+            counts.calls_begun += 1
 
     def counts(self) -> dict[str, int]:
         return {
@@ -128,13 +140,15 @@ def note(step: str, **data: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def recording() -> Iterator[Trace]:
-    """Record a program call. Nested calls (a program inside another) share the outer trace."""
+def recording(max_lm_calls: int | None = None) -> Iterator[Trace]:
+    """Record a program call, with at most `max_lm_calls` LM calls (None: no cap). Nested calls (a program
+    inside another) share the outer trace and its cap."""
     outer = _active.get()
     if outer is not None:
         yield outer
         return
     trace = Trace()
+    trace.max_lm_calls = max_lm_calls
     token = _active.set(trace)
     callbacks = [*(dspy.settings.get("callbacks") or []), _LMCallCounter(trace)]
     try:

@@ -47,7 +47,7 @@ from dspy.utils.callback import BaseCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from arag.data.metrics import METRICS, default_metrics
-from arag.errors import AragError, ConfigError, DataError
+from arag.errors import AragError, ConfigError, DataError, LMCallBudgetSpent
 from arag.evaluate import evaluate
 from arag.lm import require_lm
 from arag.optimizers.saving import load_program
@@ -58,7 +58,7 @@ from arag.retrievers.base import Retriever
 
 logger = logging.getLogger(__name__)
 
-COSTS = ("lm_calls", "tokens", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
+COSTS = ("lm_calls", "tokens", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages", "seconds")
 PRUNERS = ("median", "hyperband", "none")
 HEARTBEAT_S = 10
 GRACE_PERIOD_S = 30
@@ -83,6 +83,8 @@ class Objective:
         summary = ledger.summary
         if self.name in METRICS:
             return float(summary["metrics"].get(self.name, 0.0))
+        if self.name == "seconds":
+            return float(summary["seconds_per_question"])
         totals, n = summary["totals"], max(summary["n"], 1)
         cached = {"prompt_tokens": ledger.cached_prompt_tokens, "completion_tokens": ledger.cached_completion_tokens}
         if self.name == "tokens":
@@ -200,6 +202,8 @@ def tune(
     ranges: Mapping[str, Sequence[float]] | None = None,
     lm: dspy.BaseLM | None = None,
     plots: bool = True,
+    max_lm_calls: int | None = None,
+    budget: int | None = None,
 ) -> TuneResult:
     """Tune `program_name`'s parameters on `devset` until the study holds `trials` finished trials.
 
@@ -207,8 +211,11 @@ def tune(
     `compiled`: a compiled-program file whose prompts every trial keeps. `fixed`: parameter values
     kept out of the search. `chunk_size`: examples between pruning checks (default: a quarter of
     the dev set). `seed`: the sampler's seed (give each worker of a shared study its own).
-    `lm`: default `dspy.settings.lm`. Writes best_params.json (or pareto.json), trials.csv,
-    study.json and, with `plots`, HTML and PNG plots to `out_dir`.
+    `lm`: default `dspy.settings.lm`. `max_lm_calls`: each question's cap on LM calls (default: the
+    program's own; 0: none), so that no trial's parameters can make a question run away. `budget`: LM calls
+    the study may spend in all (this run's and earlier runs' trials); when spent, no further trial starts.
+    Writes best_params.json (or pareto.json), trials.csv, study.json and, with `plots`, HTML and PNG plots
+    to `out_dir`.
     """
     goals = parse_objectives(objectives)
     _check_counts(trials=trials, n_jobs=n_jobs, threads=threads, chunk_size=chunk_size)
@@ -244,6 +251,7 @@ def tune(
         settings={"lm": lm, "adapter": dspy.settings.adapter,
                   "callbacks": list(dspy.settings.get("callbacks") or [])},
         run_info={"program": program_name, "study": study.study_name},
+        max_lm_calls=max_lm_calls,
     )
     finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
     if finished >= trials:
@@ -251,7 +259,11 @@ def tune(
     else:
         with _counting_cache_hits(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            study.optimize(objective, n_jobs=n_jobs, catch=(_OverBudget,), callbacks=[_stop_at(trials)])
+            stops = [_stop_at(trials), *([_stop_when_spent(budget)] if budget else [])]
+            if budget and _cost_report(study)["lm_calls_spent"] >= budget:
+                logger.warning("study %s has spent its budget of %d LM calls", study.study_name, budget)
+            else:
+                study.optimize(objective, n_jobs=n_jobs, catch=(_OverBudget,), callbacks=stops)
         finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
         if finished < trials:
             running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
@@ -321,6 +333,7 @@ class _Objective:
     folder: Path
     settings: dict[str, Any]
     run_info: dict[str, Any]
+    max_lm_calls: int | None = None
     ran: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -359,9 +372,12 @@ class _Objective:
         with dspy.context(**{**self.settings, "callbacks": callbacks, _LEDGER_SETTING: ledger}):
             for end in self.ends:
                 result = evaluate(program, self.devset[:end], out_dir=folder, threads=self.threads,
-                                  metrics=self.metrics, run_info=run_info, progress=False)
+                                  metrics=self.metrics, run_info=run_info, progress=False,
+                                  max_lm_calls=self.max_lm_calls, max_errors=None)
                 ledger.summary = result.summary
                 if result.summary["n_failed"] == result.summary["n"]:
+                    if set(result.summary["failures"]) == {LMCallBudgetSpent.__name__}:
+                        raise optuna.TrialPruned(f"every question reached its cap on LM calls after {end} examples")
                     error = next(row["error"] for row in reversed(result.rows) if "error" in row)
                     raise AragError(f"trial {trial.number}: every question failed (rows in {folder}); "
                                     f"the last error: {error.splitlines()[0]}")
@@ -481,6 +497,16 @@ def _claim_within_budget(trial: optuna.Trial, budget: int) -> None:
 def _stop_at(budget: int) -> Callable[[optuna.Study, FrozenTrial], None]:
     def stop(study: optuna.Study, _: FrozenTrial) -> None:
         if len(study.get_trials(deepcopy=False, states=_TAKEN)) >= budget:
+            study.stop()
+
+    return stop
+
+
+def _stop_when_spent(budget: int) -> Callable[[optuna.Study, FrozenTrial], None]:
+    """Stop the study once its trials have spent `budget` LM calls (the trial running then still finishes)."""
+    def stop(study: optuna.Study, _: FrozenTrial) -> None:
+        if _cost_report(study)["lm_calls_spent"] >= budget:
+            logger.warning("study %s has spent its budget of %d LM calls: no further trial", study.study_name, budget)
             study.stop()
 
     return stop

@@ -14,6 +14,8 @@ from arag.trace import current_trace, note, recording
 from arag.programs.params import Param, resolve_params
 
 K = Param("k", 5, "passages per retrieval", low=1, high=100)
+MAX_LM_CALLS_SETTING = "arag_max_lm_calls"  # dspy.context(arag_max_lm_calls=N): the cap on one question's LM calls
+BASE_LM_CALLS, LM_CALLS_PER_PASSAGE = 100, 10
 
 
 class RAGProgram(dspy.Module):
@@ -56,12 +58,16 @@ class RAGProgram(dspy.Module):
     def forward(self, question: str) -> dspy.Prediction:
         """Run the program on one question under arag's adapter (unless one is configured).
 
+        A question makes at most `default_max_lm_calls()` LM calls, or the number set with
+        `dspy.context(arag_max_lm_calls=N)` (0: no cap; `--max-lm-calls` on the command line).
         A failure that is the question's, not the configuration's (an unreadable output, a failed or timed-out
-        LM call, a missing log-probability) is raised as QuestionFailed with the step that was running and
+        LM call, a missing log-probability, the cap on LM calls reached) is raised as QuestionFailed with the step that was running and
         the trace and counts of the work done until then."""
         adapter = dspy.settings.adapter or default_adapter(dspy.settings.lm)
+        cap = dspy.settings.get(MAX_LM_CALLS_SETTING)
         failure = None
-        with recording() as trace, dspy.context(adapter=adapter):
+        with recording(self.default_max_lm_calls() if cap is None else cap or None) as trace, \
+                dspy.context(adapter=adapter):
             try:
                 result = self.run(question)
             except (ConfigError, QuestionFailed):
@@ -72,6 +78,11 @@ class RAGProgram(dspy.Module):
             raise QuestionFailed(failure, step=self.step_name(trace.running), trace=list(trace.steps),
                                  counts=trace.counts()) from failure
         return trace.prediction(**result)
+
+    def default_max_lm_calls(self) -> int:
+        """A generous cap on one question's LM calls, from the program's parameters: room for every method's
+        worst case at its defaults (a call per passage and per strip, long answers), never a binding one."""
+        return BASE_LM_CALLS + LM_CALLS_PER_PASSAGE * int(self.config.get("k", 0))
 
     def step_name(self, predictor: Any) -> str | None:
         """Where one of this program's predictors sits and its signature, e.g. `evaluator.judge (JudgeRelevance)`

@@ -196,3 +196,37 @@ def test_the_command_line_without_an_lm_points_at_the_local_model(tmp_path, monk
     result = CliRunner().invoke(main, ["eval", "--program", "single-rag", "--dataset", str(questions), "--corpus",
                                        str(corpus), "--out", str(tmp_path / "run")])
     assert result.exit_code == 2 and "--lm local" in result.output
+
+
+# --- a cost cap per question ------------------------------------------------------------------------
+
+
+def judge_yes(call):
+    return {"relevant": "yes"} if call.output_fields == ["relevant"] else answer_all(call)
+
+
+def test_a_question_stops_at_its_cap_on_lm_calls_with_what_it_spent(tmp_path):
+    lm = scripted_lm(judge_yes, logprobs=True, top_logprobs=5)
+    program = build_program("crag", Numbered(), k=5, reasoning="direct")  # 5 judgements, 5 strips, 1 answer
+    with dspy.context(lm=lm):
+        result = evaluate(program, examples(2), out_dir=tmp_path, progress=False, max_lm_calls=7)
+        uncapped = evaluate(program, examples(2), out_dir=tmp_path / "uncapped", progress=False, max_lm_calls=0)
+    for row in result.rows:
+        assert row["error_kind"] == "LMCallBudgetSpent" and "7 LM calls" in row["error"]
+        assert row["lm_calls"] == 7 and [s["step"] for s in row["trace"]][:2] == ["retrieve", "evaluate"]
+    assert all("error" not in row and row["lm_calls"] == 11 for row in uncapped.rows)
+    assert program.default_max_lm_calls() == 150  # 100 + 10 per passage of k
+
+
+def test_a_trial_whose_questions_all_reach_the_cap_is_pruned_and_a_study_stops_at_its_budget(tmp_path):
+    from arag.optimizers.tune import tune
+
+    lm = scripted_lm(judge_yes, logprobs=True, top_logprobs=5)
+    common = {"objectives": ("em",), "lm": lm, "plots": False, "seed": 0, "pruner": "none",
+              "search": ["k=4:6"], "fixed": {"reasoning": "direct"}}
+    capped = tune("crag", examples(2), Numbered(), trials=2, out_dir=tmp_path / "capped", max_lm_calls=3, **common)
+    assert [t.state.name for t in capped.study.trials] == ["PRUNED", "PRUNED"]
+    with isolated_cache(enabled=False):  # every call reaches the LM and is spent
+        budgeted = tune("crag", examples(2), Numbered(), trials=10, out_dir=tmp_path / "budget", budget=30, **common)
+    assert len(budgeted.study.trials) < 10 and budgeted.cost["lm_calls_spent"] >= 30
+    assert budgeted.cost["lm_calls_spent"] - 30 < max(t.user_attrs["arag"]["lm_calls_spent"] for t in budgeted.study.trials)
