@@ -5,7 +5,7 @@ import copy
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import dspy
@@ -28,6 +28,7 @@ from arag.retrievers.base import passages_from, text_id
 from arag.retrievers.dense import load_sentence_model
 from arag.testing import isolated_cache, scripted_lm
 from arag.trace import recording
+from test_colbert_http import ColBERTAIHandler  # answers like the public servers: pids, `Title | text`
 
 PASSAGES = [
     Passage("0", "Lighthouse", "A lighthouse guides ships at night with a rotating beam of light."),
@@ -91,27 +92,8 @@ def test_a_program_over_dspy_colbertv2_sees_the_passages_of_the_direct_retriever
             assert program.retriever.retrieve(question, k) == bm25.retrieve(question, k)
 
 
-class TitlelessColBERTHandler(BaseHTTPRequestHandler):
-    """Answers like the public ColBERTv2 servers: `Title | text` and integer pids, no arag id or title."""
-
-    def do_GET(self):
-        body = (
-            b'{"query": "q", "topk": ['
-            b'{"text": "Lighthouse | A lighthouse guides ships.", "pid": 3, "rank": 1, "score": 21.5, "prob": 0.7},'
-            b'{"text": "No title here", "pid": 8, "rank": 2, "score": 20.0, "prob": 0.3}]}'
-        )
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_dspy_colbertv2_over_a_public_style_server_gets_pid_ids_and_split_titles():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), TitlelessColBERTHandler)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), ColBERTAIHandler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/wiki17/api/search"
     try:
