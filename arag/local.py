@@ -72,7 +72,8 @@ class _LoadedModel:
         from llama_cpp.llama_grammar import JSON_GBNF
 
         schema = response_format.get("schema") if response_format.get("type") == "json_schema" else None
-        key = json.dumps(schema, sort_keys=True) if schema is not None else ""
+        # Keys in the schema's own order: the grammar writes fields in that order (reasoning before answer).
+        key = json.dumps(schema) if schema is not None else ""
         if key not in self.grammars:
             self.grammars[key] = (LlamaGrammar.from_json_schema(key, verbose=False) if schema is not None
                                   else LlamaGrammar.from_string(JSON_GBNF, verbose=False))

@@ -188,3 +188,11 @@ def test_logit_bias_reaches_the_local_model(lm):
     token_id = llama.tokenize(tokens[0].token.encode(), add_bos=False, special=True)[0]
     forbidden, _ = complete_raw(raw, "The capital of France is", max_tokens=1, logit_bias={str(token_id): -100.0})
     assert text and forbidden and forbidden != text
+
+
+def test_fields_are_written_in_the_signatures_order_reasoning_first(lm):
+    with dspy.context(lm=lm, adapter=SchemaAdapter()):
+        dspy.ChainOfThought("question -> answer")(question="What is the capital of France?")
+    text = lm.history[-1]["outputs"][0]
+    text = text if isinstance(text, str) else text["text"]
+    assert 0 <= text.index('"reasoning"') < text.index('"answer"')
