@@ -7,7 +7,6 @@ in flight; rerunning with the same output folder skips every example already ans
 from __future__ import annotations
 
 import contextvars
-import os
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -20,6 +19,7 @@ import dspy
 import ujson
 from tqdm import tqdm
 
+from arag.data._io import write_atomic
 from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
@@ -232,7 +232,7 @@ class _RowStore:
                     "use another --out, or the same settings to resume it"
                 )
         else:
-            _write_atomic(run_path, ujson.dumps(run_info, indent=2))
+            write_atomic(run_path, ujson.dumps(run_info, indent=2))
 
     def _drop_partial_last_line(self) -> None:
         """A kill mid-write can leave half a line; cut it so appends stay line-aligned."""
@@ -281,10 +281,5 @@ class _RowStore:
         if self._file is not None:
             self._file.close()
             self._file = None
-        _write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
+        write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)

@@ -1,13 +1,34 @@
-"""Reading helpers shared by the corpus and example loaders; every failure is a DataError naming file and line."""
+"""File helpers: reading for the corpus and example loaders (every failure a DataError naming file and line),
+and the one way arag writes a file that must never be seen half-written."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TextIO
 
 from arag.errors import DataError
+
+
+@contextmanager
+def atomic_writer(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
+    """A UTF-8 text file written beside `path` and moved over it when the block ends without an error, so that
+    a reader (or a rerun after a kill) never finds half a file; the folder is made if needed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(path.name + ".tmp")
+    with open(staging, "w", encoding="utf-8", newline=newline) as handle:
+        yield handle
+    os.replace(staging, path)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """`text` and a final newline as the whole content of `path`, written atomically."""
+    with atomic_writer(path) as handle:
+        handle.write(text + "\n")
 
 
 def existing_file(path: str | Path) -> Path:

@@ -24,7 +24,6 @@ default, all on with `paper_filters`, `--paper-filters` on the command line):
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import dspy
 import ujson
 
 from arag.adapters import default_adapter
-from arag.data._io import iter_jsonl
+from arag.data._io import atomic_writer, iter_jsonl
 from arag.data.metrics import normalize_answer
 from arag.errors import DataError
 from arag.evaluate import PREDICTIONS, RUN
@@ -179,9 +178,6 @@ def _last_rows(predictions: Path) -> list[dict[str, Any]]:
 
 
 def _write_jsonl(path: Path, examples: list[dict[str, Any]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(path.name + ".tmp")
-    with open(staging, "w", encoding="utf-8") as out:
+    with atomic_writer(path) as out:
         for example in examples:
             out.write(ujson.dumps(example, ensure_ascii=False) + "\n")
-    os.replace(staging, path)

@@ -13,7 +13,6 @@ bootstrapped demos carry are dropped as well (they bloat files and never reach a
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Mapping
 import dspy
 import ujson
 
+from arag.data._io import write_atomic
 from arag.errors import AragError, ConfigError, DataError
 from arag.programs.base import RAGProgram
 from arag.programs.registry import build_program, get_program
@@ -59,10 +59,7 @@ def save_program(program: RAGProgram, path: str | Path, *, meta: Mapping[str, An
         "state": portable_state(program.dump_state()),
     }
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(ujson.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, ujson.dumps(document, indent=2, ensure_ascii=False))
     return path
 
 

@@ -46,6 +46,7 @@ import ujson
 from dspy.utils.callback import BaseCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from arag.data._io import atomic_writer, write_atomic
 from arag.data.metrics import METRICS, default_metrics
 from arag.errors import AragError, ConfigError, DataError, LMCallBudgetSpent
 from arag.evaluate import evaluate
@@ -725,10 +726,7 @@ def _file_digest(path: str | Path) -> str:
 
 
 def _write_json(path: Path, data: Any) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(ujson.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, ujson.dumps(data, indent=2, ensure_ascii=False))
     return str(path)
 
 
@@ -741,8 +739,7 @@ def _write_trials_csv(path: Path, study: optuna.Study, goals: Sequence[Objective
               "retrievals_per_question": "retrievals_per_question"}
     header = ["trial", "state", *(g.name for g in goals), *params, *(f"mean_{m}" for m in metrics),
               *counts.values(), "duration_s", "worker", "note"]
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as handle:
+    with atomic_writer(path, newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(header)
         for t in trials:
@@ -752,7 +749,6 @@ def _write_trials_csv(path: Path, study: optuna.Study, goals: Sequence[Objective
             writer.writerow([t.number, t.state.name.lower(), *values, *(t.params.get(p) for p in params),
                              *(facts.get("metrics", {}).get(m) for m in metrics), *(facts.get(c) for c in counts),
                              duration, facts.get("worker"), facts.get("note", "")])
-    os.replace(tmp, path)
     return str(path)
 
 
