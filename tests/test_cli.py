@@ -163,4 +163,4 @@ def test_serve_answers_dspy_colbertv2_with_the_index_passages(tmp_path):
         assert [hit["long_text"] for hit in served] == [p.long_text for p in direct]
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        server.wait(timeout=120)

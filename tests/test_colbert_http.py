@@ -221,7 +221,7 @@ def test_serve_shares_an_index_folder_with_other_processes(bm25, tmp_path):
         assert [hit["long_text"] for hit in hits] == long_texts(bm25.retrieve("honey from hives", 4))
     finally:
         process.terminate()
-        process.wait(timeout=30)
+        process.wait(timeout=120)
 
 
 @pytest.mark.slow

@@ -286,7 +286,7 @@ class Proxy:
                     body.pop("top_logprobs", None)
                 request = urllib.request.Request(proxy.upstream + self.path, json.dumps(body).encode(),
                                                  {"Content-Type": "application/json"})
-                with urllib.request.urlopen(request, timeout=30) as answer:
+                with urllib.request.urlopen(request, timeout=120) as answer:
                     data, status = answer.read(), answer.status
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -463,7 +463,7 @@ def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_
             else:
                 request = f"{url}?{urllib.parse.urlencode({'query': query, 'k': k})}"
             try:
-                with urllib.request.urlopen(request, timeout=30) as answer:
+                with urllib.request.urlopen(request, timeout=120) as answer:
                     return answer.status, json.loads(answer.read()), (query, min(k, 100))
             except urllib.error.HTTPError as refused:
                 return refused.code, json.loads(refused.read()), (query, k)
@@ -482,7 +482,7 @@ def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_
         assert sum(status == 200 for status, _, _ in answers) == 640 - len(range(0, 640, 17))
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=30)
+        server.wait(timeout=120)
 
 
 # ----------------------------------------------------------------------------------------------------
