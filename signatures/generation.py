@@ -36,7 +36,8 @@ class ContinueAnswerWithSearch(dspy.Signature):
     answer_so_far: str = dspy.InputField(desc=ANSWER_SO_FAR)
     searches_left: int = dspy.InputField(desc="how many more searches you may make")
     continuation: str = dspy.OutputField(
-        desc="the rest of the answer, or the text up to and including one [Search(query)]"
+        desc="the rest of the answer, or the text up to and including one [Search(query)]",
+        max_length=1200,  # a call may write up to flare-instruct's max_tokens (256)
     )
 
 

@@ -5,6 +5,7 @@ import dspy
 from arag.signatures.answering import SHORT_ANSWER
 
 PASSAGES = "retrieved passages, `[rank] Title | text`"
+NOTE_CHARS = 2000  # a note gathers the facts of several passages: room beyond a short field's default
 
 
 class WriteNote(dspy.Signature):
@@ -15,7 +16,7 @@ class WriteNote(dspy.Signature):
 
     question: str = dspy.InputField()
     passages: list[str] = dspy.InputField(desc=PASSAGES)
-    note: str = dspy.OutputField(desc="the note")
+    note: str = dspy.OutputField(desc="the note", max_length=NOTE_CHARS)
 
 
 class ProposeNextQuery(dspy.Signature):
@@ -57,7 +58,7 @@ class UpdateNote(dspy.Signature):
     question: str = dspy.InputField()
     note: str = dspy.InputField(desc="the best note so far")
     passages: list[str] = dspy.InputField(desc="newly retrieved passages (may be none)")
-    updated_note: str = dspy.OutputField(desc="the whole note, old content and new")
+    updated_note: str = dspy.OutputField(desc="the whole note, old content and new", max_length=NOTE_CHARS)
 
 
 class CompareNotes(dspy.Signature):
@@ -88,4 +89,4 @@ class WriteLongAnswerFromNote(dspy.Signature):
 
     question: str = dspy.InputField()
     note: str = dspy.InputField()
-    answer: str = dspy.OutputField(desc="a complete long-form answer")
+    answer: str = dspy.OutputField(desc="a complete long-form answer", max_length=NOTE_CHARS)
