@@ -32,6 +32,7 @@ DEFAULT_LM_CONCURRENCY = 32
 _limit_lock = threading.Lock()
 _limit = DEFAULT_LM_CONCURRENCY
 _slots = threading.BoundedSemaphore(DEFAULT_LM_CONCURRENCY)
+_in_flight = 0  # LM calls holding a slot now
 
 
 def set_lm_concurrency(limit: int) -> None:
@@ -60,20 +61,26 @@ def lm_slot() -> Iterator[None]:
     trace = current_trace()
     if trace is not None:
         trace.begin_lm_call()
+    global _in_flight
     slots = _slots
     with slots:
         token = _holding.set(True)
+        with _limit_lock:
+            _in_flight += 1
         try:
             yield
         finally:
+            with _limit_lock:
+                _in_flight -= 1
             _holding.reset(token)
 
 
 def fan_out(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """`fn(item)` for every item, at once (at most `lm_concurrency` threads), in item order; the first item's
-    exception, if any, is raised once every item has finished."""
+    exception, if any, is raised once every item has finished. When the process's LM-call slots are all but
+    taken (many questions at once), the items run one after the other: more threads would only wait."""
     items = list(items)
-    if len(items) <= 1 or _limit == 1:
+    if len(items) <= 1 or _in_flight >= _limit - 1:
         return [fn(item) for item in items]
     trace = current_trace()
     branches = [branch_of(trace) for _ in items]

@@ -66,6 +66,7 @@ def default_limit():
 
 
 def timed(name, limit, **params):
+    """One question at the given limit on LM calls in flight: seconds, prediction, in-flight record, LM."""
     set_lm_concurrency(limit)
     flight = InFlight(answers)
     lm = scripted_lm(flight, logprobs=True, top_logprobs=5)
@@ -76,19 +77,18 @@ def timed(name, limit, **params):
     return time.perf_counter() - started, prediction, flight, lm
 
 
-@pytest.mark.parametrize("name, params, rounds", [
-    ("crag", {"k": 5, "reasoning": "direct"}, 3),       # judge the 5 passages, score their strips, answer
-    ("self-rag", {"k": 4}, 3),                           # decide; write + IsREL; IsSUP + IsUSE
+@pytest.mark.parametrize("name, params, at_once", [
+    ("crag", {"k": 5, "reasoning": "direct"}, 5),   # the 5 passages judged together
+    ("self-rag", {"k": 4}, 4),                       # a candidate per passage, written together
 ])
-def test_a_question_waits_for_its_critical_path_not_the_sum_of_its_calls(name, params, rounds):
-    sequential, one_at_a_time, flight_1, lm_1 = timed(name, 1, **params)
-    concurrent, at_once, flight_n, lm_n = timed(name, 8, **params)
-    assert flight_1.most == 1 and flight_n.most > 1
-    assert lm_1.engine.count == lm_n.engine.count == one_at_a_time.lm_calls == at_once.lm_calls
-    assert sequential >= lm_1.engine.count * LATENCY
-    assert concurrent <= 1.3 * rounds * LATENCY + 0.3, (concurrent, rounds)
+def test_independent_calls_overlap_and_change_nothing_else(name, params, at_once):
+    """(How much faster a question gets is benchmarks/latency.py's business; here, that calls overlap.)"""
+    _, one_at_a_time, flight_1, lm_1 = timed(name, 1, **params)
+    _, together, flight_n, lm_n = timed(name, 8, **params)
+    assert flight_1.most == 1 and flight_n.most >= at_once
+    assert lm_1.engine.count == lm_n.engine.count == one_at_a_time.lm_calls == together.lm_calls
     # the same steps, in the same order, with the same values
-    assert at_once.trace == one_at_a_time.trace and at_once.answer == one_at_a_time.answer
+    assert together.trace == one_at_a_time.trace and together.answer == one_at_a_time.answer
 
 
 def test_the_limit_bounds_the_calls_in_flight_across_questions():
