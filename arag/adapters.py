@@ -31,7 +31,9 @@ STRING_CHARS = 300
 LIST_ITEMS = 5
 SCALAR_TOKENS = 8  # a label, a boolean or a number
 FIELD_MARKUP_TOKENS = 12  # the field's key or header and its punctuation
-CHARS_PER_TOKEN = 2  # conservative: a budget in characters must fit the token budget
+# One token per character: a string's grammar-enforced length then always fits its token budget, however the
+# model spells it (a small model repeating "0" writes one character per token; a cut string cannot parse).
+CHARS_PER_TOKEN = 1
 
 
 def field_chars(name: str, field: pydantic.fields.FieldInfo) -> int:

@@ -29,7 +29,7 @@ from dspy.utils.exceptions import LMConfigurationError
 from arag.errors import ConfigError, LMError
 
 PLACEHOLDER_API_KEY = "no-key-needed"
-DEFAULT_MAX_TOKENS = 1024  # a cap: each call asks for what its output fields need (arag.adapters)
+DEFAULT_MAX_TOKENS = 4096  # a cap: each call asks for what its output fields need (arag.adapters)
 COMPATIBLE_PROVIDER = "openai-compatible"
 DEFAULT_TIMEOUT_S = 120.0
 
