@@ -10,9 +10,9 @@ import contextvars
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 import dspy
