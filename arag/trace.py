@@ -128,6 +128,11 @@ class _LMCallCounter(BaseCallback):
             self.trace.running = instance
 
 
+def shown_probability(p: float) -> float:
+    """A probability as traces record it: four significant digits, so that a tiny one stays above 0."""
+    return float(f"{p:.4g}")
+
+
 def current_trace() -> Trace | None:
     """The trace of the program call running in this context, if any."""
     return _active.get()

@@ -48,6 +48,7 @@ from arag.signatures.notes import (
     WriteLongAnswerFromNote,
     WriteNote,
 )
+from arag.trace import shown_probability
 
 T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10,
              searched=True, search_range=(1, 3))
@@ -169,7 +170,7 @@ class AdaptiveNote(RAGProgram):
         better = bool(prediction.better)
         step = self.note("review", iteration=iteration, better=better)
         if has_top_logprobs(prediction, "better"):
-            step["p_better"] = round(label_probabilities(prediction, "better", ["True", "False"])["True"], 4)
+            step["p_better"] = shown_probability(label_probabilities(prediction, "better", ["True", "False"])["True"])
         return better
 
 

@@ -10,7 +10,7 @@ from arag.adapters import default_adapter
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
 from arag.retrievers.base import Passage, Retriever, as_retriever
-from arag.trace import current_trace, note, recording
+from arag.trace import current_trace, note, recording, shown_probability
 from arag.programs.params import Param, resolve_params
 
 K = Param("k", 5, "passages per retrieval", low=1, high=100)
@@ -116,7 +116,8 @@ class RAGProgram(dspy.Module):
         if prediction.get("logprobs"):
             probs = [t.prob for t in field_logprobs(prediction, field)]
             if probs:
-                step.update(min_token_prob=round(min(probs), 4), mean_token_prob=round(sum(probs) / len(probs), 4))
+                step.update(min_token_prob=shown_probability(min(probs)),
+                            mean_token_prob=shown_probability(sum(probs) / len(probs)))
         return text
 
     def note(self, step: str, **data: Any) -> dict[str, Any]:

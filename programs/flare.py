@@ -54,6 +54,7 @@ from arag.programs.registry import register
 from arag.programs.steps import ends_with_final_answer, final_answer
 from arag.retrievers.base import format_passages
 from arag.signatures.generation import ContinueAnswerWithSearch
+from arag.trace import shown_probability
 from arag.signatures.queries import QuestionForSpan
 
 THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
@@ -108,7 +109,7 @@ class FLARE(ActiveGeneration):
 
     def review(self, answer: LongAnswer, lookahead: Piece, step: dict) -> Piece:
         """Keep a confident look-ahead; else retrieve with queries formed from it and write the sentence again."""
-        step.update(lookahead=lookahead.text, min_prob=round(lookahead.min_prob, 4))
+        step.update(lookahead=lookahead.text, min_prob=shown_probability(lookahead.min_prob))
         if self.confident(lookahead):
             return lookahead
         answer.passages = self.search(self.queries(answer, lookahead, step), step, why="unsure look-ahead")
