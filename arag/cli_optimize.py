@@ -121,6 +121,9 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
                    "parameters; 0: none); a trial whose every question reaches it is pruned.")
 @click.option("--budget", type=click.IntRange(min=1),
               help="LM calls the whole study may spend (earlier runs' included); no trial starts once spent.")
+@click.option("--cost-ceiling", type=click.FloatRange(min=0), default=3.0, show_default=True,
+              help="The default configuration runs first; a trial spending more than this many times its LM calls "
+                   "per question is pruned (0: no defaults trial, no ceiling).")
 @retriever_options
 @lm_options
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N examples.")
@@ -131,7 +134,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
                  storage: str | None, study_name: str | None, n_jobs: int, compiled: str | None,
                  param_pairs: tuple[str, ...], params_file: str | None, search_names: tuple[str, ...],
                  range_pairs: tuple[str, ...], chunk_size: int | None, pruner: str, seed: int | None, no_plots: bool,
-                 max_lm_calls: int | None, budget: int | None,
+                 max_lm_calls: int | None, budget: int | None, cost_ceiling: float,
                  corpus: str | None, retriever_spec: str | None, lm_setup: LMSetup, limit: int | None, threads: int,
                  out_dir: str) -> None:
     """Tune a program's declared parameters with Optuna; write best_params.json (or the Pareto front),
@@ -153,6 +156,8 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     fixed = given_params(params_file, param_pairs)
     ranges = {name: tuple(value.split(":")) for name, value in parse_assignments(range_pairs).items()}
     parse_objectives(objectives or ("f1",))
+    if 0 < cost_ceiling <= 1:
+        raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, got {cost_ceiling}")
     search_space(program_name, fixed=fixed, search=search_names or None, ranges=ranges)
     lm = lm_setup.build()
     examples = load_examples(devset, fmt=fmt, limit=limit)
@@ -162,7 +167,8 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     result = tune(program_name, examples, retriever, trials=trials, out_dir=out_dir, objectives=objectives or ("f1",),
                   storage=storage, study_name=study_name, n_jobs=n_jobs, compiled=compiled, chunk_size=chunk_size,
                   pruner=pruner, seed=seed, threads=threads, fixed=fixed, search=search_names or None, ranges=ranges,
-                  lm=lm, plots=not no_plots, max_lm_calls=max_lm_calls, budget=budget)
+                  lm=lm, plots=not no_plots, max_lm_calls=max_lm_calls, budget=budget,
+                  cost_ceiling=cost_ceiling or None)
     cost = {k: v for k, v in result.cost.items() if k != "per_trial"}
     shown = {"study": result.study.study_name, "storage": result.storage, "this_worker_ran": len(result.ran),
              "cost": cost}

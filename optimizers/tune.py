@@ -16,6 +16,9 @@ evaluation harness (`arag.evaluate.evaluate`), its rows kept under `out_dir/tria
 - Storage: a SQLite file `out_dir/study.db` by default; any SQLAlchemy URL (e.g. PostgreSQL)
   lets several processes or machines share one study. `trials` is the study's total: a rerun
   continues to it, and workers sharing a study stop at exactly that many finished trials.
+- A cost ceiling: a new study's first trial is the default configuration (when it lies in the search
+  space); a later trial whose LM calls per question pass `cost_ceiling` times the defaults' is pruned at its
+  next chunk, so that `--search all` cannot make a trial run away with the budget.
 - A trial whose every question fails (an unreachable or broken LM) stops the study with that error.
 - Thread safety: Optuna's worker threads change DSPy settings only through `dspy.context`.
 """
@@ -60,6 +63,9 @@ from arag.retrievers.base import Retriever
 logger = logging.getLogger(__name__)
 
 COSTS = ("lm_calls", "tokens", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages", "seconds")
+_UNITS = {"lm_calls": "LM calls", "tokens": "tokens (in + out)", "prompt_tokens": "tokens in",
+          "completion_tokens": "tokens out", "retrieval_calls": "retrievals", "distinct_passages": "distinct passages",
+          "seconds": "seconds"}
 PRUNERS = ("median", "hyperband", "none")
 HEARTBEAT_S = 10
 GRACE_PERIOD_S = 30
@@ -67,6 +73,8 @@ _FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 _TAKEN = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 _LEDGER_SETTING = "arag_tuning_ledger"
 _FACTS = "arag"
+_ROLE = "arag_role"
+DEFAULT_COST_CEILING = 3.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,11 @@ class Objective:
     @property
     def direction(self) -> str:
         return "maximize" if self.name in METRICS else "minimize"
+
+    @property
+    def label(self) -> str:
+        """An axis title with the unit: 'f1 (mean over questions)', 'LM calls per question'."""
+        return f"{self.name} (mean over questions)" if self.name in METRICS else f"{_UNITS[self.name]} per question"
 
     def value(self, ledger: _Ledger) -> float:
         """This objective over a trial's rows so far; costs count cached calls too."""
@@ -205,6 +218,7 @@ def tune(
     plots: bool = True,
     max_lm_calls: int | None = None,
     budget: int | None = None,
+    cost_ceiling: float | None = DEFAULT_COST_CEILING,
 ) -> TuneResult:
     """Tune `program_name`'s parameters on `devset` until the study holds `trials` finished trials.
 
@@ -215,11 +229,15 @@ def tune(
     `lm`: default `dspy.settings.lm`. `max_lm_calls`: each question's cap on LM calls (default: the
     program's own; 0: none), so that no trial's parameters can make a question run away. `budget`: LM calls
     the study may spend in all (this run's and earlier runs' trials); when spent, no further trial starts.
+    `cost_ceiling`: the default configuration runs first, and a trial spending more than this many times its
+    LM calls per question is pruned (None: neither).
     Writes best_params.json (or pareto.json), trials.csv, study.json and, with `plots`, HTML and PNG plots
     to `out_dir`.
     """
     goals = parse_objectives(objectives)
     _check_counts(trials=trials, n_jobs=n_jobs, threads=threads, chunk_size=chunk_size)
+    if cost_ceiling is not None and not cost_ceiling > 1:
+        raise ConfigError(f"cost_ceiling must be above 1 (a multiple of the defaults' LM calls), got {cost_ceiling!r}")
     if pruner not in PRUNERS:
         raise ConfigError(f"unknown pruner {pruner!r}; known: {', '.join(PRUNERS)}")
     if not devset:
@@ -233,7 +251,7 @@ def tune(
         if goal.name in METRICS and goal.name not in own_metrics:
             logger.warning("objective %s is not among this dataset's metrics (%s)", goal.name, ", ".join(own_metrics))
     build = _program_builder(program_name, retriever, fixed, compiled)
-    build({})
+    defaults = build({}).config
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = {"program": program_name, "objectives": [g.name for g in goals], "devset": _fingerprint(devset),
@@ -244,15 +262,18 @@ def tune(
         study_name or "-".join([program_name, *setup["objectives"]]),
         goals, _pruner(pruner, len(goals), len(devset), chunk_size), seed, trials, setup,
     )
+    if cost_ceiling is not None:
+        _enqueue_defaults(study, space, defaults)
     objective = _Objective(
         build=build, space=space, goals=goals, devset=list(devset), budget=trials, threads=threads,
-        ends=_chunk_ends(len(devset), chunk_size) if len(goals) == 1 else [len(devset)],
+        ends=_chunk_ends(len(devset), chunk_size) if len(goals) == 1 or cost_ceiling else [len(devset)],
         metrics=list(dict.fromkeys([*(g.name for g in goals if g.name in METRICS), *own_metrics])),
         folder=out_dir / "trials" / re.sub(r"[^\w.-]", "_", study.study_name),
         settings={"lm": lm, "adapter": dspy.settings.adapter,
                   "callbacks": list(dspy.settings.get("callbacks") or [])},
         run_info={"program": program_name, "study": study.study_name},
         max_lm_calls=max_lm_calls,
+        cost_ceiling=cost_ceiling,
     )
     finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
     if finished >= trials:
@@ -335,6 +356,7 @@ class _Objective:
     settings: dict[str, Any]
     run_info: dict[str, Any]
     max_lm_calls: int | None = None
+    cost_ceiling: float | None = None
     ran: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -354,6 +376,9 @@ class _Objective:
         ledger = _Ledger()
         try:
             self._run(trial, program, ledger)
+        except optuna.TrialPruned as pruned:
+            facts["note"] = str(pruned)
+            raise
         finally:
             trial.set_user_attr(_FACTS, {**facts, **ledger.counts()})
         values = tuple(goal.value(ledger) for goal in self.goals)
@@ -382,10 +407,48 @@ class _Objective:
                     error = next(row["error"] for row in reversed(result.rows) if "error" in row)
                     raise AragError(f"trial {trial.number}: every question failed (rows in {folder}); "
                                     f"the last error: {error.splitlines()[0]}")
+                self._check_cost(trial, result.summary, end)
                 if len(self.goals) == 1 and end < len(self.devset):
                     trial.report(self.goals[0].value(ledger), end)
                     if trial.should_prune():
                         raise optuna.TrialPruned(f"pruned after {end} examples")
+
+    def _check_cost(self, trial: optuna.Trial, summary: Mapping[str, Any], end: int) -> None:
+        """Prune the trial when its LM calls per question so far pass the ceiling over the defaults'."""
+        if self.cost_ceiling is None or trial.user_attrs.get(_ROLE) == "defaults":
+            return
+        reference = _defaults_calls_per_question(trial.study)
+        calls = summary["per_question"]["lm_calls"]
+        if reference and calls > self.cost_ceiling * reference:
+            reason = (f"cost: {calls:.1f} LM calls per question after {end} examples, over {self.cost_ceiling:g} x "
+                      f"the default configuration's {reference:.1f}")
+            raise optuna.TrialPruned(reason)
+
+
+def _enqueue_defaults(study: optuna.Study, space: Sequence[Param], defaults: Mapping[str, Any]) -> None:
+    """Queue the default configuration as the study's next trial, unless it has one (run, running or queued) or
+    a default lies outside the searched ranges. A defaults trial killed mid-run is queued again."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+    states = (*_TAKEN, TrialState.WAITING)
+    if any(t.user_attrs.get(_ROLE) == "defaults" for t in study.get_trials(deepcopy=False, states=states)):
+        return
+    params = {p.name: defaults[p.name] for p in space}
+    outside = [p.name for p in space if not p.admits(params[p.name])]
+    if outside:
+        logger.info("no cost ceiling: the default %s lies outside the searched range", ", ".join(outside))
+        return
+    study.enqueue_trial(params, user_attrs={_ROLE: "defaults"})
+
+
+def _defaults_calls_per_question(study: optuna.Study) -> float | None:
+    """LM calls per question of the study's completed defaults trial, if it has one."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        facts = _facts(t)
+        if t.user_attrs.get(_ROLE) == "defaults" and facts.get("examples"):
+            return facts["lm_calls"] / facts["examples"]
+    return None
 
 
 class _OverBudget(Exception):
@@ -776,7 +839,7 @@ def _write_plots(study: optuna.Study, goals: Sequence[Objective],
     charts: list[tuple[str, Callable[[], Any], Callable[[], Any]]] = []
     for index, goal in enumerate(goals):
         target = (lambda t, i=index: t.values[i]) if multi else None
-        named = {"target": target, "target_name": goal.name}
+        named = {"target": target, "target_name": goal.label}
         suffix = f"-{goal.name}" if multi else ""
         charts += [
             (f"history{suffix}", lambda n=named: html.plot_optimization_history(study, **n),
@@ -787,10 +850,10 @@ def _write_plots(study: optuna.Study, goals: Sequence[Objective],
              lambda n=named: png.plot_slice(study, **n)),
         ]
         if goal.name in METRICS:
-            charts.append((f"retrieval-rate{suffix}", lambda i=index, g=goal: _retrieval_rate_html(study, i, g.name),
-                           lambda i=index, g=goal: _retrieval_rate_png(study, i, g.name)))
+            charts.append((f"retrieval-rate{suffix}", lambda i=index, g=goal: _retrieval_rate_html(study, i, g),
+                           lambda i=index, g=goal: _retrieval_rate_png(study, i, g)))
     if multi:
-        names = [g.name for g in goals]
+        names = [g.label for g in goals]
         charts.append(("pareto", lambda: html.plot_pareto_front(study, target_names=names),
                        lambda: png.plot_pareto_front(study, target_names=names)))
     with warnings.catch_warnings():
@@ -826,7 +889,7 @@ def _retrieval_points(study: optuna.Study, index: int) -> list[tuple[float, floa
     return points
 
 
-def _retrieval_rate_html(study: optuna.Study, index: int, metric: str) -> Any:
+def _retrieval_rate_html(study: optuna.Study, index: int, goal: Objective) -> Any:
     import plotly.graph_objects as go
 
     points = _retrieval_points(study, index)
@@ -835,12 +898,12 @@ def _retrieval_rate_html(study: optuna.Study, index: int, metric: str) -> Any:
         marker={"color": [p[2] for p in points], "colorscale": "Blues", "showscale": True,
                 "colorbar": {"title": "trial"}},
         text=[f"trial {p[2]}: {p[3]}" for p in points], hoverinfo="text+x+y"))
-    figure.update_layout(title=f"{metric} against retrieval rate", xaxis_title="retrievals per question",
-                         yaxis_title=metric)
+    figure.update_layout(title=f"{goal.name} against retrieval rate", xaxis_title="retrievals per question",
+                         yaxis_title=goal.label)
     return figure
 
 
-def _retrieval_rate_png(study: optuna.Study, index: int, metric: str) -> Any:
+def _retrieval_rate_png(study: optuna.Study, index: int, goal: Objective) -> Any:
     import matplotlib.pyplot as plt
 
     points = _retrieval_points(study, index)
@@ -848,5 +911,5 @@ def _retrieval_rate_png(study: optuna.Study, index: int, metric: str) -> Any:
     dots = axes.scatter([p[0] for p in points], [p[1] for p in points], c=[p[2] for p in points], cmap="Blues",
                         edgecolors="grey")
     figure.colorbar(dots, ax=axes, label="trial")
-    axes.set(title=f"{metric} against retrieval rate", xlabel="retrievals per question", ylabel=metric)
+    axes.set(title=f"{goal.name} against retrieval rate", xlabel="retrievals per question", ylabel=goal.label)
     return axes

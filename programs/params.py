@@ -44,6 +44,14 @@ class Param:
             raise ConfigError(f"{where}parameter {self.name!r} must be in [{self.low}, {self.high}], got {value!r}")
         return value
 
+    def admits(self, value: Any) -> bool:
+        """Whether `value` is valid for this parameter, within its range."""
+        try:
+            self.validate(value)
+        except ConfigError:
+            return False
+        return True
+
     def _coerce(self, value: Any) -> Any:
         kind = self.kind
         if kind is bool:

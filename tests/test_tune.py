@@ -229,6 +229,8 @@ def test_plots_are_written_as_html_and_png(retriever, tmp_path):
         assert (tmp_path / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
         assert "plotly" in (tmp_path / "plots" / f"{name}.html").read_text(), name
     assert "retrieval-rate-lm_calls" not in result.files and not result.skipped_plots
+    pareto = (tmp_path / "plots" / "pareto.html").read_text()
+    assert "em (mean over questions)" in pareto and "LM calls per question" in pareto
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -242,6 +244,7 @@ def test_plots_are_written_as_html_and_png(retriever, tmp_path):
     ({"storage": "not a url"}, "is not a database URL"),
     ({"pruner": "percentile"}, "unknown pruner"),
     ({"trials": 0}, "trials must be a positive integer"),
+    ({"cost_ceiling": 0.5}, "cost_ceiling must be above 1"),
 ])
 def test_bad_tune_requests_raise_clear_errors(retriever, tmp_path, kwargs, message):
     arguments = {"trials": 2, "out_dir": tmp_path, "lm": scripted_lm(answers_when_the_evidence_fits), **kwargs}
@@ -253,6 +256,7 @@ def test_bad_tune_requests_raise_clear_errors(retriever, tmp_path, kwargs, messa
     (["--program", "no-retrieval"], "no-retrieval has no parameter left to tune"),
     (["--objective", "recall"], "unknown objective 'recall'"),
     (["--range", "k=9"], "--range k: give LOW:HIGH"),
+    (["--cost-ceiling", "1"], "--cost-ceiling must be above 1"),
     (["--lm", ""], "no LM configured"),
 ])
 def test_arag_tune_reports_bad_input_in_one_line(tmp_path, arguments, message):
@@ -279,3 +283,57 @@ def test_the_default_search_space_is_the_methods_thresholds_over_their_search_ra
     assert [(p.name, p.low, p.high) for p in narrowed] == [("t_ci", 2, 4)]
     with pytest.raises(ConfigError, match="no-retrieval has no parameter left to tune"):
         search_space("no-retrieval")
+
+
+def endless_asker(call):
+    """Self-Ask that always wants one more follow-up: a question costs 2 LM calls per follow-up allowed, plus one."""
+    if "needs_follow_up" in call.output_fields:
+        asked = call.inputs["follow_ups"].count("Follow up:")
+        return {"needs_follow_up": True, "follow_up": f"sub-question {asked}"}
+    return {"answer": "unknown"}
+
+
+def test_the_defaults_run_first_and_a_trial_far_costlier_is_pruned_early(retriever, tmp_path):
+    devset = EXAMPLES[:6]
+    result = tune("self-ask", devset, retriever, trials=8, out_dir=tmp_path, objectives=("em",), chunk_size=2,
+                  seed=1, lm=scripted_lm(endless_asker), plots=False, pruner="none",
+                  search=["max_follow_ups=1:20"], cost_ceiling=1.5)
+    first = result.study.trials[0]
+    assert first.params == {"max_follow_ups": 5} and first.user_attrs["arag_role"] == "defaults"
+    rows = trial_rows(tmp_path)
+    assert float(rows[0]["total_lm_calls"]) == len(devset) * (2 * 5 + 1)
+    costly = [r for r in rows if r["note"].startswith("cost:")]
+    assert costly, "no trial ran over the ceiling"
+    for row in rows[1:]:
+        calls_per_question = 2 * int(row["max_follow_ups"]) + 1
+        if calls_per_question > 1.5 * 11:
+            assert row in costly and row["state"] == "pruned" and int(row["examples"]) == 2
+            assert "over 1.5 x the default configuration's 11.0" in row["note"]
+        else:
+            assert row["state"] == "complete" and int(row["examples"]) == len(devset)
+
+
+def test_no_defaults_trial_when_a_default_lies_outside_the_searched_range_or_the_ceiling_is_off(retriever, tmp_path):
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    outside = tune("single-rag", EXAMPLES[:2], retriever, trials=2, out_dir=tmp_path / "outside", objectives=("em",),
+                   lm=lm, plots=False, seed=0, search=["k=6:8"], fixed={"reasoning": "direct"})
+    off = tune("single-rag", EXAMPLES[:2], retriever, trials=2, out_dir=tmp_path / "off", objectives=("em",), lm=lm,
+               plots=False, seed=0, cost_ceiling=None, **SEARCH)
+    for result in (outside, off):
+        assert all("arag_role" not in t.user_attrs for t in result.study.trials)
+
+
+def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once():
+    from arag.optimizers.tune import _enqueue_defaults
+
+    study = optuna.create_study(direction="maximize")
+    space, defaults = search_space("flare"), {"theta": 0.8, "beta": 0.4}
+    _enqueue_defaults(study, space, defaults)
+    _enqueue_defaults(study, space, defaults)
+    assert [(t.state, t.params) for t in study.trials] == [(optuna.trial.TrialState.WAITING, {})]
+    killed = study.ask()
+    assert killed.user_attrs["arag_role"] == "defaults"
+    study.tell(killed, state=optuna.trial.TrialState.FAIL)
+    _enqueue_defaults(study, space, defaults)
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].user_attrs["arag_role"] == "defaults"
