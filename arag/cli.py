@@ -131,7 +131,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     from arag.optimizers.saving import load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.adaptive_note import fair_top_k
-    from arag.programs.params import resolve_params
+    from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
     saved = read_compiled(compiled) if compiled else None

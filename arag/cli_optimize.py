@@ -54,7 +54,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     from arag.optimizers.compile import compile, parse_option_value
     from arag.optimizers.saving import save_program
     from arag.programs import build_program, get_program
-    from arag.programs.params import parse_assignments, resolve_params
+    from arag.programs.frame.params import parse_assignments, resolve_params
     from arag.retrievers import open_retriever
 
     cls = get_program(program_name)
@@ -145,7 +145,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     from arag.optimizers.saving import read_compiled
     from arag.optimizers.tune import parse_objectives, search_space, tune
     from arag.programs import get_program
-    from arag.programs.params import parse_assignments
+    from arag.programs.frame.params import parse_assignments
     from arag.retrievers import open_retriever
 
     if not program_name:

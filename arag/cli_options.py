@@ -34,7 +34,7 @@ class LMSetup:
         from arag.adapters import TextAdapter
         from arag.concurrency import set_lm_concurrency
         from arag.lm import build_lm
-        from arag.programs.params import parse_assignments
+        from arag.programs.frame.params import parse_assignments
 
         if not self.spec:
             raise ConfigError("no LM configured: pass --lm local (a small model run on this machine), or --lm "
@@ -104,7 +104,7 @@ def retriever_options(fn):
 
 def given_params(params_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]:
     """Program parameters from --params-file, overridden by --param key=value pairs (values still unchecked)."""
-    from arag.programs.params import parse_assignments
+    from arag.programs.frame.params import parse_assignments
 
     return {**read_params_file(params_file), **parse_assignments(pairs)}
 

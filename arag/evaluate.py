@@ -23,7 +23,7 @@ from arag.data._io import write_atomic
 from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
-from arag.programs.base import MAX_LM_CALLS_SETTING
+from arag.programs.frame.base import MAX_LM_CALLS_SETTING
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"

@@ -1,7 +1,8 @@
 """Building DSPy LMs, reading token log-probabilities, and raw ``/v1/completions`` calls.
 
 This is the one place the project reads log-probabilities: ``completion_logprobs`` (a whole
-completion), ``field_logprobs`` (one output field of a prediction) and ``label_probabilities``.
+completion), ``field_logprobs`` (one output field of a prediction), ``label_probabilities`` (a label field)
+and ``token_label_probabilities`` (labels at one token position, e.g. a model's reflection tokens).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from json.decoder import scanstring
 from typing import Any
@@ -373,15 +374,26 @@ def label_probabilities(prediction: Any, field: str, labels: Sequence[str]) -> d
             f"the first token of field {field!r} has no top log-probabilities: build the LM with logprobs=True "
             f"and top_logprobs=k (k at least {len(labels)}, e.g. 5), on an endpoint that returns them"
         )
-    candidates = dict(first.top)
-    candidates.setdefault(first.token, first.logprob)
-    masses = dict.fromkeys(labels, 0.0)
-    for token, logprob in candidates.items():
+
+    def label_of(token: str) -> str | None:
         if found.head and token.startswith(found.head):
             token = token[len(found.head) :]
         if found.tail and token.endswith(found.tail):
             token = token[: -len(found.tail)]
-        label = _matching_label(token, labels)
+        return _matching_label(token, labels)
+
+    return token_label_probabilities(first, label_of, labels)
+
+
+def token_label_probabilities(token: TokenLogprob, label_of: Callable[[str], str | None],
+                              labels: Sequence[str]) -> dict[str, float]:
+    """Each label's probability at one token position: the probability mass of the token and its top candidates
+    that `label_of` maps to the label, normalised over `labels` (all zeros when none maps to any)."""
+    candidates = dict(token.top)
+    candidates.setdefault(token.token, token.logprob)
+    masses = dict.fromkeys(labels, 0.0)
+    for candidate, logprob in candidates.items():
+        label = label_of(candidate)
         if label is not None:
             masses[label] += math.exp(logprob)
     total = sum(masses.values())

@@ -36,7 +36,7 @@ def main(pairs_path, limit, scorers, lm_spec, api_base, label_fallback, alphas):
 
     from arag.lm import build_lm
     from arag.optimizers.thresholds import DEFAULT_ALPHA, fit_thresholds, load_pairs, roc_auc, score_pairs
-    from arag.programs.relevance import open_scorer
+    from arag.programs.crag.evaluator import open_scorer
 
     pairs = load_pairs(pairs_path, limit=limit)
     n_relevant = sum(pair.relevant for pair in pairs)

@@ -21,7 +21,7 @@ import ujson
 from arag.data.metrics import default_metrics, get_metric, prediction_text
 from arag.errors import ConfigError, DataError
 from arag.lm import require_lm
-from arag.programs.base import RAGProgram
+from arag.programs.frame.base import RAGProgram
 
 logger = logging.getLogger(__name__)
 

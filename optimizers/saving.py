@@ -23,8 +23,8 @@ import ujson
 
 from arag.data._io import write_atomic
 from arag.errors import AragError, ConfigError, DataError
-from arag.programs.base import RAGProgram
-from arag.programs.registry import build_program, get_program
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.registry import build_program, get_program
 from arag.retrievers.base import Retriever
 
 FORMAT = "arag.compiled-program"

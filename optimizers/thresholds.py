@@ -32,7 +32,7 @@ import numpy as np
 from arag.data import load_examples
 from arag.data._io import base_suffix, iter_jsonl
 from arag.errors import ConfigError, DataError
-from arag.programs.relevance import CORRECT, INCORRECT, trigger
+from arag.programs.crag.evaluator import CORRECT, INCORRECT, trigger
 
 DEFAULT_ALPHA = 1.0
 SIDES = ("upper", "lower")

@@ -55,9 +55,9 @@ from arag.errors import AragError, ConfigError, DataError, LMCallBudgetSpent
 from arag.evaluate import evaluate
 from arag.lm import require_lm
 from arag.optimizers.saving import load_program
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param, resolve_params
-from arag.programs.registry import build_program, get_program
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param, resolve_params
+from arag.programs.frame.registry import build_program, get_program
 from arag.retrievers.base import Retriever
 
 logger = logging.getLogger(__name__)

@@ -1,20 +1,16 @@
-"""Programs: one `dspy.Module` per method and baseline, reachable by name through the registry."""
+"""Programs: one `dspy.Module` per method and baseline, reachable by name through the registry.
 
-from arag.programs import (  # noqa: F401  (importing a program's module registers it)
-    adaptive_note,
-    crag,
-    flare,
-    genground,
-    multi_time,
-    no_retrieval,
-    react,
-    self_ask,
-    self_crag,
-    self_rag,
-    single_rag,
-)
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import PROGRAMS, build_program, get_program
+The methods: `flare.py`, `crag/`, `self_rag/`, `self_crag.py`, `adaptive_note.py`, `genground.py`; the baselines
+their papers compare against: `baselines/`. The frame they share (base class, declared parameters, registry,
+predictors, sentences, FLARE's active-generation loop) is in `frame/`.
+"""
+
+from arag.programs import adaptive_note, flare, genground, self_crag  # noqa: F401  (importing a module registers it)
+from arag.programs.baselines import multi_time, no_retrieval, react, self_ask, single_rag  # noqa: F401
+from arag.programs.crag import crag  # noqa: F401
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param
+from arag.programs.frame.registry import PROGRAMS, build_program, get_program
+from arag.programs.self_rag import self_rag  # noqa: F401
 
 __all__ = ["PROGRAMS", "Param", "RAGProgram", "build_program", "get_program"]

@@ -34,10 +34,10 @@ import dspy
 
 from arag.errors import ConfigError
 from arag.lm import has_top_logprobs, label_probabilities
-from arag.programs.base import K, RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
-from arag.programs.steps import judged
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param, passages_per_retrieval
+from arag.programs.frame.registry import register
+from arag.programs.frame.predictors import judged
 from arag.retrievers import dedup, format_passages
 from arag.signatures.notes import (
     AnswerFromNote,
@@ -73,7 +73,7 @@ class AdaptiveNote(RAGProgram):
     name = "adaptive-note"
     follows = ("the paper (Wang et al., 2024) by default; query_style=official: the official code "
                "(thunlp/Adaptive-Note, src/main.py)")
-    params = (T_IU, T_CI, T_RP, K, QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
+    params = (T_IU, T_CI, T_RP, passages_per_retrieval(5), QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)

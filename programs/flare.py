@@ -1,7 +1,8 @@
 """FLARE, forward-looking active retrieval (Jiang et al., 2023): retrieve only when the model is unsure
 of the sentence it is about to write, with a query formed from that sentence.
 
-`flare` (FLARE-direct), in the frame of `active_generation`:
+`flare` (FLARE-direct). The loop is `ActiveGeneration.run` (programs/frame/active_generation.py, shared with the
+previous-window and previous-sentence baselines); FLARE is its `review` hook (step 3) and the queries below:
   1. Retrieve with the question; the first sentence is drafted from those passages.
   2. Each step, draft the next sentence without new retrieval (`lookahead_tokens` tokens, first
      sentence kept), with the probability of each of its tokens.
@@ -38,8 +39,7 @@ import dspy
 from arag.concurrency import fan_out
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
-from arag.programs.active_generation import (
-    K_FLARE,
+from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MARKUP_TOKENS,
     MAX_TOKENS,
@@ -48,10 +48,10 @@ from arag.programs.active_generation import (
     LongAnswer,
     Piece,
 )
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
-from arag.programs.steps import ends_with_final_answer, final_answer
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import FLARE_SETTING_K, Param
+from arag.programs.frame.registry import register
+from arag.programs.frame.sentences import ends_with_final_answer
 from arag.retrievers.base import format_passages
 from arag.signatures.generation import ContinueAnswerWithSearch
 from arag.trace import shown_probability
@@ -101,7 +101,7 @@ class FLARE(ActiveGeneration):
     name = "flare"
     follows = ("the paper (Jiang et al., 2023); where it is silent, the official code (jzbjyb/FLARE, src/templates.py, "
                "src/models.py): ties at theta and beta, unsure terms of tokens fewer than 5 apart")
-    params = (THETA, BETA, QUERY_MODE, QUERY_WITH_QUESTION, K_FLARE, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
+    params = (THETA, BETA, QUERY_MODE, QUERY_WITH_QUESTION, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
@@ -154,7 +154,7 @@ class FLAREInstruct(RAGProgram):
     name = "flare-instruct"
     follows = ("the paper (Jiang et al., 2023); forbid_after_search as the official forbid_generate_step; past the "
                "search cap, writing goes on")
-    params = (K_FLARE, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS, FORBID_AFTER_SEARCH, SEARCH_TOKEN_IDS)
+    params = (FLARE_SETTING_K, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS, FORBID_AFTER_SEARCH, SEARCH_TOKEN_IDS)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
@@ -193,10 +193,7 @@ class FLAREInstruct(RAGProgram):
             searches += 1
             if self.forbid_after_search:
                 self.write_without_searching(answer, searches_left=self.max_searches - searches)
-        self.note("stop", reason=stop, searches=searches)
-        short = final_answer(answer.text)
-        self.note("answer", answer=short)
-        return {"answer": short, "long_answer": answer.text}
+        return answer.finish(self, stop, searches=searches)
 
     def write_without_searching(self, answer: LongAnswer, searches_left: int) -> None:
         """The first `forbid_after_search` tokens after a search, with the search marker's tokens forbidden;

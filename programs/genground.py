@@ -12,10 +12,10 @@ from typing import Any, Sequence
 
 import dspy
 
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
-from arag.programs.steps import REASONING, predictor
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param, passages_per_retrieval
+from arag.programs.frame.registry import register
+from arag.programs.frame.predictors import REASONING, predictor
 from arag.retrievers import Passage, format_passages
 from arag.signatures.grounding import (
     ConcludeFromHistory,
@@ -26,7 +26,7 @@ from arag.signatures.grounding import (
     GroundedHop,
 )
 
-K = Param("k", 10, "passages retrieved per sub-question", low=1, high=100)
+K = passages_per_retrieval(10, "one retrieval per sub-question")
 BATCH_SIZE = Param("batch_size", 3, "passages per grounding call (b), fed in rank order", low=1, high=20,
                    searched=True, search_range=(1, 5))
 MAX_HOPS = Param("max_hops", 7, "deduction steps before the loop stops without a final answer", low=1, high=20)

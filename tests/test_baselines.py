@@ -8,14 +8,14 @@ import pytest
 import ujson
 from click.testing import CliRunner
 
-import arag.programs.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
-import arag.programs.react  # noqa: F401  (registers react)
-import arag.programs.self_ask  # noqa: F401  (registers self-ask)
+import arag.programs.baselines.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
+import arag.programs.baselines.react  # noqa: F401  (registers react)
+import arag.programs.baselines.self_ask  # noqa: F401  (registers self-ask)
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.programs.multi_time import PreviousSentence, PreviousWindow
-from arag.programs.react import ReActSearch
-from arag.programs.self_ask import SelfAsk
+from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
+from arag.programs.baselines.react import ReActSearch
+from arag.programs.baselines.self_ask import SelfAsk
 from arag.retrievers.base import BaseRetriever, Passage
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
 

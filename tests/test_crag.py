@@ -10,11 +10,11 @@ import pytest
 import ujson
 from click.testing import CliRunner
 
-import arag.programs.crag  # noqa: F401  (registers the program)
+import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
-from arag.programs.registry import build_program
-from arag.programs.relevance import trigger
+from arag.programs.frame.registry import build_program
+from arag.programs.crag.evaluator import trigger
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever, Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm

@@ -12,7 +12,7 @@ import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
-from arag.programs.registry import build_program
+from arag.programs.frame.registry import build_program
 from arag.retrievers import BaseRetriever, Passage
 from arag.testing import OpenAICompatibleServer, scripted_lm
 

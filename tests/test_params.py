@@ -3,7 +3,7 @@ import pytest
 
 from arag.errors import ConfigError
 from arag.programs import build_program, get_program
-from arag.programs.params import Param, parse_assignments, resolve_params
+from arag.programs.frame.params import Param, parse_assignments, resolve_params
 
 THETA = Param("theta", 0.8, "confidence threshold", low=0.0, high=1.0)
 K = Param("k", 5, "passages", low=1, high=100)

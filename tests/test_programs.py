@@ -5,7 +5,7 @@ import pytest
 
 from arag.data import load_corpus, sample_paths
 from arag.programs import build_program
-from arag.programs.steps import final_answer, split_sentences
+from arag.programs.frame.sentences import final_answer, split_sentences
 from arag.retrievers import BM25Retriever
 from arag.testing import Scripted, scripted_lm
 from arag.trace import current_trace, recording

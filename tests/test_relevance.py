@@ -20,7 +20,7 @@ from arag.optimizers.thresholds import (
     roc_auc,
     score_pairs,
 )
-from arag.programs.relevance import (
+from arag.programs.crag.evaluator import (
     AMBIGUOUS,
     BLANK_SCORE,
     CORRECT,
@@ -29,12 +29,10 @@ from arag.programs.relevance import (
     LMScorer,
     T5Scorer,
     clip_score,
-    decompose,
     open_scorer,
-    refine,
-    select_strips,
     trigger,
 )
+from arag.programs.crag.refinement import decompose, refine, select_strips
 from arag.retrievers.base import Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 

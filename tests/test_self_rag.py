@@ -13,7 +13,7 @@ import dspy
 import pytest
 from click.testing import CliRunner
 
-import arag.programs.self_rag  # noqa: F401  (registers self-rag)
+import arag.programs.self_rag.self_rag  # noqa: F401  (registers self-rag)
 from arag.cli import main
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, QuestionFailed
@@ -572,7 +572,7 @@ def test_arag_eval_runs_self_rag_over_a_loopback_server(critics, shared_dataset,
 
 
 def test_the_long_form_retrieval_rule_counts_continue_for_retrieval():
-    from arag.programs.self_rag import retrieve_probability
+    from arag.programs.self_rag.self_rag import retrieve_probability
 
     probabilities = {"yes": 0.2, "no": 0.5, "continue": 0.3}
     assert retrieve_probability(probabilities) == pytest.approx(0.2 / 0.7)

@@ -9,9 +9,9 @@ from urllib.parse import parse_qs, urlparse
 import dspy
 import pytest
 
-import arag.programs.crag  # noqa: F401  (registers the program)
+import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, RetrieverError
-from arag.programs.registry import build_program
+from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever, Passage
 from arag.retrievers.web import (

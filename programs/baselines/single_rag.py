@@ -1,10 +1,10 @@
 """Single-time RAG: retrieve once with the question, answer from the top k passages."""
 
-from dataclasses import replace
 
-from arag.programs.base import K, RAGProgram
-from arag.programs.registry import register
-from arag.programs.steps import REASONING, predictor
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import passages_per_retrieval
+from arag.programs.frame.registry import register
+from arag.programs.frame.predictors import REASONING, predictor
 from arag.retrievers import format_passages
 from arag.signatures import AnswerFromPassages
 
@@ -12,7 +12,7 @@ from arag.signatures import AnswerFromPassages
 @register
 class SingleRAG(RAGProgram):
     name = "single-rag"
-    params = (replace(K, searched=True, search_range=(1, 20)), REASONING)
+    params = (passages_per_retrieval(5, searched=True, search_range=(1, 20)), REASONING)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)

@@ -28,13 +28,12 @@ from typing import ClassVar, Sequence
 import dspy
 
 from arag.lm import TokenLogprob, complete_raw, field_logprobs, raw_prompt_lm, require_lm
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.steps import ends_with_final_answer, final_answer, split_sentences
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param
+from arag.programs.frame.sentences import ends_with_final_answer, final_answer, split_sentences
 from arag.retrievers.base import Passage, dedup, format_passages
 from arag.signatures.generation import ContinueAnswer
 
-K_FLARE = Param("k", 2, "passages per retrieval (FLARE's official multi-hop QA setting)", low=1, high=100)
 LOOKAHEAD_TOKENS = Param("lookahead_tokens", 64, "tokens drafted per step, of which the first sentence is kept",
                          low=4, high=1024)
 MAX_TOKENS = Param("max_tokens", 256, "answer length budget, in LM tokens", low=8, high=8192)
@@ -78,6 +77,14 @@ class LongAnswer:
         self.pieces.append(piece.text)
         self.tokens_used += max(len(piece.tokens), 1)
 
+    def finish(self, program: RAGProgram, stop: str, **counts: int) -> dict:
+        """Record why writing stopped; the short answer read from the long one ("So the answer is X."), and the
+        long one."""
+        program.note("stop", reason=stop, **counts)
+        short = final_answer(self.text)
+        program.note("answer", answer=short)
+        return {"answer": short, "long_answer": self.text}
+
 
 class ActiveGeneration(RAGProgram):
     """The generation loop. Subclasses decide when and what to retrieve in `before_drafting` (from what
@@ -105,10 +112,7 @@ class ActiveGeneration(RAGProgram):
             stop = self.stop_reason(answer)
             if stop:
                 break
-        self.note("stop", reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
-        short = final_answer(answer.text)
-        self.note("answer", answer=short)
-        return {"answer": short, "long_answer": answer.text}
+        return answer.finish(self, stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:
         """Retrieve from what is already written, before the next piece is drafted (passive baselines)."""

@@ -100,6 +100,15 @@ class Param:
         return f"{self.name}={self.default!r} {space}  {self.help}"
 
 
+def passages_per_retrieval(default: int, why: str = "", **options: Any) -> Param:
+    """`k`, the passages each retrieval returns: declared here once, with each program's default (and where that
+    default comes from)."""
+    return Param("k", default, "passages per retrieval" + (f" ({why})" if why else ""), low=1, high=100, **options)
+
+
+FLARE_SETTING_K = passages_per_retrieval(2, "FLARE's official multi-hop QA setting, shared by its baselines")
+
+
 def resolve_params(declared: Sequence[Param], given: Mapping[str, Any], program: str) -> dict[str, Any]:
     """Defaults overlaid with the given values, each validated; an unknown name is a ConfigError."""
     by_name = {p.name: p for p in declared}

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import dspy
 
-from arag.programs.active_generation import K_FLARE
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import FLARE_SETTING_K, Param
+from arag.programs.frame.registry import register
 from arag.retrievers.base import format_passages
 from arag.signatures.answering import AnswerFromPassages
 from arag.signatures.generation import AnswerFromFollowUps
@@ -24,7 +23,7 @@ class SelfAsk(RAGProgram):
     """Self-Ask: follow-up sub-questions, each retrieved and answered, then the final answer."""
 
     name = "self-ask"
-    params = (K_FLARE, MAX_FOLLOW_UPS)
+    params = (FLARE_SETTING_K, MAX_FOLLOW_UPS)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
-from arag.programs.active_generation import K_FLARE
-from arag.programs.base import RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import FLARE_SETTING_K, Param
+from arag.programs.frame.registry import register
 from arag.retrievers.base import format_passages
 from arag.signatures.generation import AnswerBySearching
 from arag.trace import note
@@ -39,7 +38,7 @@ class ReActSearch(RAGProgram):
     """ReAct: thought, search, observation, until finish; then the answer from the trajectory."""
 
     name = "react"
-    params = (K_FLARE, MAX_ITERS)
+    params = (FLARE_SETTING_K, MAX_ITERS)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from arag.errors import ConfigError
-from arag.programs.base import RAGProgram
+from arag.programs.frame.base import RAGProgram
 from arag.retrievers.base import Retriever
 
 PROGRAMS: dict[str, type[RAGProgram]] = {}

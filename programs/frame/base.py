@@ -11,9 +11,8 @@ from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
 from arag.retrievers.base import Passage, Retriever, as_retriever
 from arag.trace import current_trace, note, recording, shown_probability
-from arag.programs.params import Param, resolve_params
+from arag.programs.frame.params import Param, resolve_params
 
-K = Param("k", 5, "passages per retrieval", low=1, high=100)
 MAX_LM_CALLS_SETTING = "arag_max_lm_calls"  # dspy.context(arag_max_lm_calls=N): the cap on one question's LM calls
 BASE_LM_CALLS, LM_CALLS_PER_PASSAGE = 100, 10
 

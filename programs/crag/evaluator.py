@@ -1,6 +1,4 @@
-"""CRAG's retrieval evaluator and what it drives: relevance scorers, the action trigger, and
-decompose-then-recompose knowledge refinement. Independent of any one program (CRAG and
-Self-CRAG share them).
+"""CRAG's retrieval evaluator: relevance scorers and the action trigger (shared by CRAG and Self-CRAG).
 
 Every scorer has `score(question, texts) -> list[float]`: one relevance score in [-1, 1] per text,
 higher meaning more relevant; a blank text scores -1 without a model call. `open_scorer(spec)`:
@@ -18,31 +16,25 @@ higher meaning more relevant; a blank text scores -1 without a model call. `open
   "question [SEP] text" (truncated to 512 tokens; on a GPU when there is one); score = the output
   clipped to [−1, 1] (the released evaluator's raw output is unbounded, trained towards ±1).
 
-The trigger (`trigger`) and refinement (`decompose`, `select_strips`, `refine`) follow the paper:
-Correct when some score is at or above `upper`, Incorrect when every score is below `lower`
-(so also when there is nothing to score), Ambiguous otherwise; refinement splits passages into
-strips, scores each strip with the evaluator, keeps the top k strips scoring above a threshold,
-and returns them in their original reading order.
+The trigger (`trigger`) follows the paper: Correct when some score is at or above `upper`, Incorrect
+when every score is below `lower` (so also when there is nothing to score), Ambiguous otherwise.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
+from arag.programs.frame.predictors import judged
+from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
+from arag.signatures.judging import JudgeRelevance
 
 from arag.concurrency import fan_out
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
-from arag.programs.steps import judged, split_sentences
-from arag.retrievers.base import Passage
-from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
-from arag.signatures.judging import JudgeRelevance
 
 BLANK_SCORE = -1.0
 SCORER_FORMS = "lm, embedding, or t5:PATH (a folder holding a T5 relevance evaluator)"
@@ -51,11 +43,6 @@ T5_MAX_TOKENS = 512
 T5_BATCH = 16
 
 CORRECT, INCORRECT, AMBIGUOUS = "correct", "incorrect", "ambiguous"
-
-STRIP_MODES = ("sentences", "words", "passage")
-SENTENCES_PER_STRIP = 3
-WORDS_PER_STRIP = 50
-MIN_TAIL_WORDS = 10
 
 
 class RelevanceScorer(Protocol):
@@ -228,85 +215,3 @@ def trigger(scores: Sequence[float], upper: float, lower: float) -> str:
     if all(score < lower for score in scores):
         return INCORRECT
     return AMBIGUOUS
-
-
-@dataclass(frozen=True)
-class Strip:
-    """A knowledge strip: a piece of one passage, where it sits in reading order, and its score."""
-
-    source: str
-    title: str
-    text: str
-    order: int
-    score: float = math.nan
-
-    @property
-    def long_text(self) -> str:
-        return f"{self.title} | {self.text}" if self.title else self.text
-
-
-@dataclass(frozen=True)
-class Refinement:
-    """Every strip (scored, in reading order) and the ones kept (in reading order)."""
-
-    strips: tuple[Strip, ...]
-    kept: tuple[Strip, ...]
-
-    @property
-    def knowledge(self) -> list[str]:
-        """The kept strips as the generator reads them: `Title | text`."""
-        return [strip.long_text for strip in self.kept]
-
-
-def decompose(text: str, mode: str) -> list[str]:
-    """A passage's knowledge strips: `sentences` groups SENTENCES_PER_STRIP consecutive sentences;
-    `words` cuts windows of WORDS_PER_STRIP words (a last window under MIN_TAIL_WORDS words joins
-    the one before); `passage` keeps the whole passage as one strip."""
-    if mode not in STRIP_MODES:
-        raise ConfigError(f"parameter 'strip_mode' must be one of {list(STRIP_MODES)}, got {mode!r}")
-    if not text.strip():
-        return []
-    if mode == "passage":
-        return [" ".join(text.split())]
-    if mode == "sentences":
-        sentences = [" ".join(s.split()) for s in split_sentences(text.strip())]
-        return [" ".join(sentences[i : i + SENTENCES_PER_STRIP]) for i in range(0, len(sentences), SENTENCES_PER_STRIP)]
-    words = text.split()
-    windows = [words[i : i + WORDS_PER_STRIP] for i in range(0, len(words), WORDS_PER_STRIP)]
-    if len(windows) > 1 and len(windows[-1]) < MIN_TAIL_WORDS:
-        tail = windows.pop()
-        windows[-1] += tail
-    return [" ".join(window) for window in windows]
-
-
-def select_strips(scores: Sequence[float], top_k: int, threshold: float) -> list[int]:
-    """Indices of the top_k highest scores strictly above `threshold` (ties go to the earlier strip),
-    in their original order."""
-    above = [i for i, score in enumerate(scores) if score > threshold]
-    best = sorted(above, key=lambda i: (-scores[i], i))[:top_k]
-    return sorted(best)
-
-
-def refine(
-    question: str,
-    passages: Sequence[Passage],
-    scorer: RelevanceScorer,
-    *,
-    mode: str = "sentences",
-    top_k: int = 5,
-    threshold: float = -0.5,
-    in_score_order: bool = False,
-    min_words: int = 0,
-) -> Refinement:
-    """Decompose-then-recompose: split the passages into strips, score every strip (`Title | text`)
-    against the question in one scorer call, keep the top_k above `threshold`, in reading order (or in
-    score order); strips under `min_words` words score BLANK_SCORE without being scored."""
-    pieces = [(passage, text) for passage in passages for text in decompose(passage.text, mode)]
-    strips = [Strip(passage.id, passage.title, text, order) for order, (passage, text) in enumerate(pieces)]
-    scores = scorer.score(question, [strip.long_text if len(strip.text.split()) >= min_words else ""
-                                     for strip in strips])
-    scored = tuple(replace(strip, score=score) for strip, score in zip(strips, scores))
-    chosen = select_strips(scores, top_k, threshold)
-    if in_score_order:
-        chosen = sorted(chosen, key=lambda i: (-scores[i], i))
-    return Refinement(scored, tuple(scored[i] for i in chosen))

@@ -1,49 +1,26 @@
-"""CRAG — Corrective Retrieval Augmented Generation (Yan et al., 2024): grade what was retrieved, then correct it.
-
-1. Retrieve k documents for x; the retrieval evaluator (`scorer`) scores each (x, d) in [-1, 1].
-2. Action trigger: Correct when some score is >= `upper`, Incorrect when every score is < `lower`,
-   Ambiguous otherwise (`arag.programs.relevance.trigger`).
-3. Correct: knowledge refinement of the retrieved documents (decompose into strips, score each,
-   keep the top `strips_top_k` scoring above `strip_threshold`, in reading order).
-   Incorrect: knowledge searching: rewrite x into at most three keywords, search `web` for the
-   top `web_k` documents, refine them the same way (strips scored against x).
-   Ambiguous: both, the retrieved documents' strips first.
-4. The generator answers from (x, refined knowledge).
-
-With `web=none`, nothing is searched: Ambiguous keeps the retrieved strips alone, and Incorrect
-(or any action that leaves no knowledge) answers from the question alone; the trace says so.
-The defaults are the paper's: k = 10, upper 0.5 and lower -0.9 (the paper's PopQA example), top 5
-strips above -0.5 in reading order, 5 web results. The official scripts (HuskyInSalt/CRAG,
-scripts/CRAG_Inference.py and its run scripts) differ, and each difference is an option:
-- thresholds: 0.592 / -0.995 for PopQA, 0.5 / -0.915 for PubHealth, the presets `official-popqa` and
-  `official-pubhealth` (`--preset`; the paper's example is `paper-popqa`);
-- `refinement=official`: the retrieved documents kept whole, the top 3 by score with no threshold, in
-  score order, strips under 4 words scored -1 (the paper: strips, top 5 above -0.5, reading order);
-- the T5 evaluator's output is compared unclipped, as both do.
-Thresholds suit one scorer and data set; fit them with `arag.optimizers.thresholds.fit_thresholds`.
-
-LM calls per question with scorer=lm: k judgements, one per strip scored, one keyword rewrite when
-searching, one answer. With scorer=embedding or t5:PATH only the rewrite and the answer use the LM.
-"""
+"""CRAG's corrective step, shared by `crag` and `self-crag`: grade the retrieved documents with the
+retrieval evaluator, take the action the grades trigger, and refine the retrieved documents (Correct),
+search for knowledge (Incorrect), or both (Ambiguous). Its parameters are declared here, once for both."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import dspy
-
-from arag.errors import ConfigError
-from arag.programs.base import K, RAGProgram
-from arag.programs.params import Param
-from arag.programs.registry import register
-from arag.programs.relevance import AMBIGUOUS, CORRECT, INCORRECT, STRIP_MODES, open_scorer, refine, trigger
-from arag.programs.steps import REASONING, predictor
+from arag.programs.crag.evaluator import (
+    AMBIGUOUS,
+    CORRECT,
+    INCORRECT,
+    open_scorer,
+    trigger,
+)
+from arag.programs.crag.refinement import STRIP_MODES, refine
+from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.retrievers.base import Passage
 from arag.retrievers.web import Document, open_knowledge_search
-from arag.signatures.answering import AnswerFromKnowledge
-from arag.signatures.knowledge import AnswerFromRefinedKnowledge
 from arag.signatures.queries import RewriteAsKeywords
+
+from arag.errors import ConfigError
 from arag.trace import current_trace, note
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
@@ -51,7 +28,7 @@ UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this",
               searched=True)
 LOWER = Param("lower", -0.9, "Incorrect when every passage scores below this (lower <= upper)", low=-1.0,
               high=1.0, searched=True)
-CRAG_K = replace(K, default=10)
+CRAG_K = passages_per_retrieval(10, "the paper's k")
 STRIP_MODE = Param("strip_mode", "sentences",
                    "knowledge strips: groups of 3 sentences, 50-word windows, or whole passages", choices=STRIP_MODES)
 STRIPS_TOP_K = Param("strips_top_k", 5, "knowledge strips kept per source", low=1, high=50)
@@ -175,31 +152,3 @@ class KnowledgeCorrector(dspy.Module):
         found = [Passage(document.url, document.title, document.snippet) for document in documents]
         step = trace.retrieval(query, found, why=f"knowledge search ({self.knowledge_search})", k=self.web_k)
         step["documents"] = [document.summary() for document in documents]
-
-
-@register
-class CRAG(RAGProgram):
-    name = "crag"
-    follows = ("the paper (Yan et al., 2024) by default; --preset official-popqa / official-pubhealth and "
-               "refinement=official: the official scripts (HuskyInSalt/CRAG, scripts/CRAG_Inference.py)")
-    params = (CRAG_K, *CORRECTION_PARAMS, REASONING)
-    presets = THRESHOLD_PRESETS
-
-    def __init__(self, retriever=None, **params):
-        super().__init__(retriever, **params)
-        self.corrector = KnowledgeCorrector.from_config(self.config)
-        self.generate_answer = predictor(AnswerFromRefinedKnowledge, self.reasoning)
-        self.answer_from_question = predictor(AnswerFromKnowledge, self.reasoning)
-
-    def check_params(self, config):
-        check_thresholds(self.name, config)
-
-    def run(self, question: str) -> dict:
-        passages = self.retrieve(question, why="question")
-        action, knowledge = self.corrector.correct(question, passages)
-        if knowledge:
-            prediction = self.generate_answer(question=question, knowledge=knowledge)
-        else:
-            self.note("answer_from_question", reason=f"no knowledge after the {action} action")
-            prediction = self.answer_from_question(question=question)
-        return {"answer": self.answered(prediction), "action": action, "knowledge": knowledge}

@@ -15,8 +15,7 @@ from typing import Sequence
 
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
-from arag.programs.active_generation import (
-    K_FLARE,
+from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MAX_TOKENS,
     PROMPT_STYLE,
@@ -25,8 +24,8 @@ from arag.programs.active_generation import (
     Piece,
     first_tokens,
 )
-from arag.programs.params import Param
-from arag.programs.registry import register
+from arag.programs.frame.params import FLARE_SETTING_K, Param
+from arag.programs.frame.registry import register
 from arag.retrievers.base import dedup
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
@@ -42,7 +41,7 @@ class PreviousWindow(ActiveGeneration):
     """Previous-window: before each window of l tokens, retrieve with the previous window."""
 
     name = "prev-window"
-    params = (WINDOW, K_FLARE, MAX_TOKENS, PROMPT_STYLE)
+    params = (WINDOW, FLARE_SETTING_K, MAX_TOKENS, PROMPT_STYLE)
     piece_step = "window"
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:
@@ -65,7 +64,7 @@ class PreviousSentence(ActiveGeneration):
     """
 
     name = "prev-sentence"
-    params = (MAX_PASSAGES, K_FLARE, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
+    params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
 
     def check_params(self, config: dict) -> None:
         if config["max_passages"] < config["k"]:

@@ -1,0 +1,2 @@
+"""The baselines the adaptive methods compare against: no retrieval, single-time RAG, previous-window and
+previous-sentence, Self-Ask, ReAct."""

@@ -1,0 +1,2 @@
+"""CRAG: `crag.py` is the algorithm; `evaluator.py` grades retrieved passages, `refinement.py` cuts them into
+knowledge strips and keeps the relevant ones, `correction.py` turns the grades into an action."""

@@ -1,0 +1,2 @@
+"""The frame every program shares: base class, declared parameters, registry, predictors, sentences, and the
+active-generation loop of FLARE and its baselines."""
