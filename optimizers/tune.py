@@ -274,6 +274,7 @@ def tune(
         run_info={"program": program_name, "study": study.study_name},
         max_lm_calls=max_lm_calls,
         cost_ceiling=cost_ceiling,
+        defaults=defaults,
     )
     finished = len(study.get_trials(deepcopy=False, states=_FINISHED))
     if finished >= trials:
@@ -357,6 +358,7 @@ class _Objective:
     run_info: dict[str, Any]
     max_lm_calls: int | None = None
     cost_ceiling: float | None = None
+    defaults: dict[str, Any] = field(default_factory=dict)
     ran: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -364,7 +366,9 @@ class _Objective:
         _claim_within_budget(trial, self.budget)
         with self._lock:
             self.ran.append(trial.number)
-        params = {p.name: p.suggest(trial) for p in self.space}
+        params: dict[str, Any] = {}
+        for param in self.space:
+            params[param.name] = param.suggest(trial, {**self.defaults, **params})
         facts: dict[str, Any] = {"worker": f"{socket.gethostname()}:{os.getpid()}"}
         try:
             program = self.build(params)

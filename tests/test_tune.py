@@ -337,3 +337,19 @@ def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once
     _enqueue_defaults(study, space, defaults)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert len(waiting) == 1 and waiting[0].user_attrs["arag_role"] == "defaults"
+
+
+def test_crag_thresholds_are_drawn_in_order_so_no_trial_is_infeasible():
+    space = search_space("crag")
+    assert [p.name for p in space] == ["upper", "lower"] and space[1].at_most == "upper"
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    drawn = []
+    for _ in range(40):
+        trial = study.ask()
+        chosen: dict = {}
+        for param in space:
+            chosen[param.name] = param.suggest(trial, chosen)
+        study.tell(trial, 0.0)
+        drawn.append(chosen)
+    assert all(d["lower"] <= d["upper"] for d in drawn)
+    assert min(d["upper"] for d in drawn) < -0.5 and max(d["lower"] for d in drawn) > 0.0  # the whole triangle

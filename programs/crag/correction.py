@@ -27,7 +27,7 @@ SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH",
 UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0,
               searched=True)
 LOWER = Param("lower", -0.9, "Incorrect when every passage scores below this (lower <= upper)", low=-1.0,
-              high=1.0, searched=True)
+              high=1.0, searched=True, at_most="upper")
 CRAG_K = passages_per_retrieval(10, "the paper's k")
 STRIP_MODE = Param("strip_mode", "sentences",
                    "knowledge strips: groups of 3 sentences, 50-word windows, or whole passages", choices=STRIP_MODES)

@@ -12,7 +12,8 @@ from arag.errors import ConfigError
 class Param:
     """A program parameter: its type, default, valid range or choices, whether it may be tuned (`tunable`), and
     whether `arag tune` searches it unless told otherwise (`searched`: the method's thresholds and decision
-    knobs), over `search_range` when that is narrower than the valid range."""
+    knobs), over `search_range` when that is narrower than the valid range. `at_most` names a parameter this one
+    may not exceed (CRAG's lower and upper thresholds): the search draws it up to that parameter's value."""
 
     name: str
     default: Any
@@ -24,6 +25,7 @@ class Param:
     tunable: bool = True
     searched: bool = False
     search_range: tuple[float, float] | None = None
+    at_most: str | None = None
 
     @property
     def kind(self) -> type:
@@ -75,14 +77,18 @@ class Param:
             raise TypeError(value)
         return value
 
-    def suggest(self, trial: Any) -> Any:
-        """Optuna's suggestion for this parameter within its declared range."""
+    def suggest(self, trial: Any, chosen: Mapping[str, Any] | None = None) -> Any:
+        """Optuna's suggestion for this parameter within its declared range, and at most the value `chosen` gives
+        the parameter named by `at_most`."""
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
         if self.kind is int:
             return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
         if self.kind is float:
-            return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+            high = self.high
+            if self.at_most is not None and chosen and self.at_most in chosen:
+                high = max(self.low, min(high, chosen[self.at_most]))
+            return trial.suggest_float(self.name, self.low, high, log=self.log)
         if self.kind is bool:
             return trial.suggest_categorical(self.name, [False, True])
         raise ConfigError(f"parameter {self.name!r} has no search space")
