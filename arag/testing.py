@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import dspy
@@ -403,13 +404,16 @@ def scripted_lm(
 
 
 @contextlib.contextmanager
-def isolated_cache(*, enabled: bool = True) -> Iterator[Any]:
-    """Point DSPy at a fresh cache in a temporary folder (or at no cache) for the duration of the block."""
+def isolated_cache(*, enabled: bool = True, folder: str | Path | None = None) -> Iterator[Any]:
+    """Point DSPy at a cache of its own (or at no cache) for the duration of the block: in `folder`, kept for a
+    later run, or else in a temporary folder."""
     from dspy.clients.cache import Cache
 
     previous = dspy.cache
-    with tempfile.TemporaryDirectory(prefix="arag-dspy-cache-") as folder:
-        cache = Cache(enable_disk_cache=enabled, enable_memory_cache=enabled, disk_cache_dir=folder)
+    with contextlib.ExitStack() as stack:
+        where = str(folder) if folder is not None else stack.enter_context(
+            tempfile.TemporaryDirectory(prefix="arag-dspy-cache-"))
+        cache = Cache(enable_disk_cache=enabled, enable_memory_cache=enabled, disk_cache_dir=where)
         dspy.cache = cache
         try:
             yield cache

@@ -1,0 +1,94 @@
+"""Thresholds tuned on the local model: do tuned parameters beat the defaults on questions they never saw?
+
+    python benchmarks/tuning_local.py [--n-tune 50] [--n-eval 50] [--trials 8] [--programs flare,crag]
+
+For each program, `arag.optimizers.tune` searches its default space (FLARE's theta and beta, CRAG's upper and
+lower) for F1 on the first --n-tune HotpotQA questions, with SmolLM2-135M-Instruct run by llama.cpp in this
+process (log-probabilities on) over BM25 on the HotpotQA corpus. The study's first trial is the default
+configuration. Then the defaults and the best trial's parameters are evaluated on the next --n-eval
+questions. Printed per program: the study's cost (trials, LM calls spent, seconds) and, for both
+configurations, F1 on the tuning questions and EM, F1 and LM calls per question on the held-out ones.
+
+One DSPy cache (fresh, in --out) serves a program's study and its two evaluations, as it would a user: trials
+repeat the calls whose inputs their thresholds do not change (CRAG's relevance grades, FLARE's first look-ahead),
+and "LM calls spent" counts the calls that reached the model. These are a 135M model's figures, never the
+papers' numbers. Rerun with the same --out to continue an interrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+import optuna  # noqa: E402
+
+import arag  # noqa: E402
+from arag.optimizers.tune import tune  # noqa: E402
+from arag.testing import isolated_cache  # noqa: E402
+
+HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+
+logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n-tune", type=int, default=50, help="HotpotQA questions the study scores trials on")
+    parser.add_argument("--n-eval", type=int, default=50, help="the next questions, for the held-out comparison")
+    parser.add_argument("--trials", type=int, default=8, help="trials per study, the defaults trial included")
+    parser.add_argument("--programs", default="flare,crag", help="comma-separated program names")
+    parser.add_argument("--dataset", type=Path, default=HOTPOTQA, help="folder with public.jsonl and corpus.jsonl")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "arag-bench-tuning-local")
+    args = parser.parse_args()
+    if not (args.dataset / "public.jsonl").exists():
+        print(f"no dataset at {args.dataset}", file=sys.stderr)
+        return 2
+    examples = arag.load_examples(str(args.dataset / "public.jsonl"), limit=args.n_tune + args.n_eval)
+    tuning, held_out = examples[:args.n_tune], examples[args.n_tune:]
+    retriever = arag.open_retriever(corpus=str(args.dataset / "corpus.jsonl"))
+    lm = arag.build_lm("local", logprobs=True, top_logprobs=5)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    print(f"{len(tuning)} tuning and {len(held_out)} held-out HotpotQA questions, {args.trials} trials, "
+          f"SmolLM2-135M-Instruct Q4_1 on {os.cpu_count()} CPU cores\n")
+    print("| program | study: trials, LM calls spent, minutes | configuration | parameters | F1 tuning "
+          "| EM held-out | F1 held-out | LM calls / q held-out |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in [name.strip() for name in args.programs.split(",") if name.strip()]:
+        out = args.out / name
+        with isolated_cache(folder=out / "dspy-cache"), dspy.context(lm=lm):
+            started = time.perf_counter()
+            study = tune(name, tuning, retriever, trials=args.trials, out_dir=out / "study", objectives=("f1",),
+                         seed=0, plots=False)
+            minutes = (time.perf_counter() - started) / 60
+            defaults = next(t for t in study.study.trials if t.user_attrs.get("arag_role") == "defaults")
+            rows = {"defaults": (defaults.params, defaults.value), "tuned": (study.best["params"],
+                                                                            study.best["values"]["f1"])}
+            searched = list(defaults.params)
+            cost = f"{study.cost['trials']}, {study.cost['lm_calls_spent']}, {minutes:.0f}"
+            for label, (params, tuning_f1) in rows.items():
+                program = arag.build_program(name, retriever, **params)
+                result = arag.evaluate(program, held_out, out_dir=out / f"held-out-{label}", progress=False,
+                                       max_errors=None, run_info={"program": name, "params": program.config})
+                summary = result.summary
+                shown = ", ".join(f"{key}={_short(program.config[key])}" for key in searched)
+                print(f"| {name} | {cost} | {label} | {shown} | {tuning_f1:.3f} | {summary['metrics']['em']:.3f} "
+                      f"| {summary['metrics']['f1']:.3f} | {summary['per_question']['lm_calls']:.1f} |", flush=True)
+    return 0
+
+
+def _short(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
