@@ -16,7 +16,8 @@ from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
 from arag.optimizers import compile, load_program, save_program, tune
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
-from arag.retrievers import Passage, open_retriever
+from arag.retrievers import open_retriever
+from arag.passages import Passage
 
 save = save_program
 load = load_program

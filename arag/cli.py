@@ -130,7 +130,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     from arag.evaluate import evaluate
     from arag.optimizers.saving import load_program, read_compiled
     from arag.programs import build_program, get_program
-    from arag.programs.adaptive_note import fair_top_k
+    from arag.evaluate import fair_top_k
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
@@ -202,7 +202,7 @@ def export_grounding_command(run: str, out_path: str, only_correct: bool, metric
 
     Every call is kept unless a filter drops it; each line's metadata lists the call's flaws (malformed,
     no evidence, unrevised, revised wrongly) either way."""
-    from arag.data.distillation import export_grounding
+    from arag.optimizers.distillation import export_grounding
 
     count = export_grounding(run, out_path, only_correct=only_correct, metric=metric, drop_malformed=drop_malformed,
                              drop_no_evidence=drop_no_evidence, drop_unrevised=drop_unrevised,

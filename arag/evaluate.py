@@ -7,6 +7,8 @@ in flight; rerunning with the same output folder skips every example already ans
 from __future__ import annotations
 
 import contextvars
+import json
+import math
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
@@ -283,3 +285,30 @@ class _RowStore:
             self._file = None
         write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
 
+
+def fair_top_k(summary_path: str | Path) -> int:
+    """The mean distinct passages per answered question of a run (Adaptive-Note's), rounded half up:
+    the `k` that gives single-time RAG as many passages ("fair top-k").
+
+    `summary_path` is a run's `summary.json` or the folder holding it (`arag eval --out`). Failed
+    examples, which retrieved nothing, are left out of the mean.
+    """
+    path = Path(summary_path)
+    if path.is_dir():
+        path = path / SUMMARY
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"fair top-k: no run summary at {path}") from None
+    except ValueError as exc:
+        raise ConfigError(f"fair top-k: {path} is not valid JSON ({exc})") from None
+    total = (summary.get("totals") or {}).get("distinct_passages") if isinstance(summary, dict) else None
+    answered = summary.get("n", 0) - summary.get("n_failed", 0) if isinstance(summary, dict) else 0
+    if not isinstance(total, int) or answered < 1:
+        raise ConfigError(f"fair top-k: {path} is not the summary of a run with answered questions "
+                          "(it needs n, n_failed and totals.distinct_passages)")
+    k = math.floor(total / answered + 0.5)
+    if k < 1:
+        raise ConfigError(f"fair top-k: the run in {path} retrieved {total / answered:g} distinct passages "
+                          "per question; k must be at least 1")
+    return k

@@ -16,7 +16,7 @@ import dspy
 from dspy.utils.callback import BaseCallback
 
 from arag.errors import LMCallBudgetSpent
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 
 _active: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("arag_trace", default=None)
 

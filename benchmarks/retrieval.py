@@ -51,7 +51,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 def resampled_passages(real: list, size: int, seed: int = 0) -> Iterator:
     """The real passages, then perturbed copies of random ones, `size` in all."""
-    from arag.retrievers import Passage
+    from arag.passages import Passage
 
     yield from real[:size]
     rng = random.Random(seed)

@@ -8,7 +8,7 @@ from typing import Iterator
 
 from arag.data._io import base_suffix, existing_file, first_non_blank, iter_jsonl, iter_lines
 from arag.errors import DataError
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 
 CORPUS_FORMATS = ("jsonl", "tsv")
 DPR_COLUMNS = ("id", "text", "title")

@@ -25,20 +25,16 @@ is better (`p_better`, normalised over True/False); without them the verdict is 
 
 from __future__ import annotations
 
-import json
-import math
 import re
-from pathlib import Path
 
 import dspy
 
-from arag.errors import ConfigError
 from arag.lm import has_top_logprobs, label_probabilities
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import judged
-from arag.retrievers import dedup, format_passages
+from arag.passages import dedup, format_passages
 from arag.signatures.notes import (
     AnswerFromNote,
     CompareNotes,
@@ -177,31 +173,3 @@ class AdaptiveNote(RAGProgram):
 def query_key(query: str) -> str:
     """A query reduced to its lower-cased words, for spotting repeats."""
     return " ".join(re.findall(r"\w+", query.lower()))
-
-
-def fair_top_k(summary_path: str | Path) -> int:
-    """The mean distinct passages per answered question of an Adaptive-Note run, rounded half up:
-    the `k` that gives single-time RAG as many passages ("fair top-k").
-
-    `summary_path` is a run's `summary.json` or the folder holding it (`arag eval --out`). Failed
-    examples, which retrieved nothing, are left out of the mean.
-    """
-    path = Path(summary_path)
-    if path.is_dir():
-        path = path / "summary.json"
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"fair top-k: no run summary at {path}") from None
-    except ValueError as exc:
-        raise ConfigError(f"fair top-k: {path} is not valid JSON ({exc})") from None
-    total = (summary.get("totals") or {}).get("distinct_passages") if isinstance(summary, dict) else None
-    answered = summary.get("n", 0) - summary.get("n_failed", 0) if isinstance(summary, dict) else 0
-    if not isinstance(total, int) or answered < 1:
-        raise ConfigError(f"fair top-k: {path} is not the summary of a run with answered questions "
-                          "(it needs n, n_failed and totals.distinct_passages)")
-    k = math.floor(total / answered + 0.5)
-    if k < 1:
-        raise ConfigError(f"fair top-k: the run in {path} retrieved {total / answered:g} distinct passages "
-                          "per question; k must be at least 1")
-    return k

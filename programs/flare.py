@@ -52,7 +52,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.programs.frame.sentences import ends_with_final_answer
-from arag.retrievers.base import format_passages
+from arag.passages import format_passages
 from arag.signatures.generation import ContinueAnswerWithSearch
 from arag.trace import shown_probability
 from arag.signatures.queries import QuestionForSpan

@@ -34,7 +34,7 @@ from arag.programs.crag.correction import CORRECTION_PARAMS, CRAG_K, THRESHOLD_P
 from arag.programs.frame.params import Param
 from arag.programs.frame.registry import register
 from arag.programs.self_rag.self_rag import SELF_RAG_PARAMS, SelfRAG
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 
 CONTEXTS = Param("contexts", "released", "what Self-RAG reads: released, the internal, external and combined knowledge "
                  "as CRAG's released code gives each question; action, the knowledge of CRAG's action (the paper)",

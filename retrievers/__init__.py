@@ -3,23 +3,12 @@ which brings DSPy's retrievers and plain search functions into it."""
 
 import importlib
 
-from arag.retrievers.base import (
-    ACCEPTED_RETRIEVERS,
-    MAX_K,
-    BaseRetriever,
-    CallableRetriever,
-    Passage,
-    Retriever,
-    as_retriever,
-    check_k,
-    dedup,
-    format_passages,
-)
+from arag.passages import Passage, dedup, format_passages
+from arag.retrievers.base import ACCEPTED_RETRIEVERS, MAX_K, BaseRetriever, CallableRetriever, Retriever, as_retriever, check_k
 
 _LAZY_EXPORTS = {
     "BM25Retriever": "arag.retrievers.bm25",
     "ColBERTRetriever": "arag.retrievers.colbert",
-    "make_test_checkpoint": "arag.retrievers.colbert",
     "ColBERTv2Retriever": "arag.retrievers.colbert_http",
     "SearchServer": "arag.retrievers.colbert_http",
     "serve": "arag.retrievers.colbert_http",
@@ -52,7 +41,6 @@ __all__ = [
     "format_passages",
     "index_cache_root",
     "index_for_corpus",
-    "make_test_checkpoint",
     "open_index",
     "open_retriever",
     "serve",

@@ -1,19 +1,18 @@
-"""The one retriever protocol every program uses, the adapter that brings DSPy's retrievers and plain search
-functions into it, and the passage helpers every method needs."""
+"""The one retriever protocol every program uses, and the adapter that brings DSPy's retrievers and plain search
+functions into it. Passages and their helpers live in `arag.passages`."""
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
 
+from arag.passages import TITLE_SEPARATOR, Passage, split_title, text_id
+
 MAX_K = 100
-TITLE_SEPARATOR = " | "
 
 ACCEPTED_RETRIEVERS = (
     "an arag retriever (arag.open_retriever(...)), a DSPy retriever (dspy.ColBERTv2, dspy.retrievers.Embeddings "
@@ -28,24 +27,6 @@ PASSAGE_LIST_FIELDS = ("passages", "docs", "topk")
 
 ID_LIST_FIELDS = ("ids", "pids", "indices", "doc_ids")
 """Where such results hold the passages' ids, in the same order (dspy.retrievers.Embeddings gives corpus `indices`)."""
-
-
-@dataclass(frozen=True)
-class Passage:
-    """One retrieved passage. `score` is the retriever's own score (higher is better)."""
-
-    id: str
-    title: str
-    text: str
-    score: float = 0.0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @property
-    def long_text(self) -> str:
-        """Title and text in the `Title | text` form ColBERTv2 servers return."""
-        return f"{self.title}{TITLE_SEPARATOR}{self.text}" if self.title else self.text
 
 
 @runtime_checkable
@@ -267,20 +248,6 @@ def passage_from(item: Any, *, default_id: Any = None, default_score: Any = None
     return Passage(text_id(long_text) if passage_id is None else str(passage_id), title, text, score)
 
 
-def split_title(long_text: str) -> tuple[str, str]:
-    """`(title, text)` of a passage in the `Title | text` form (a one-line title before the first ` | `),
-    else `("", long_text)`."""
-    title, separator, text = long_text.partition(TITLE_SEPARATOR)
-    if separator and title.strip() and "\n" not in title:
-        return title, text
-    return "", long_text
-
-
-def text_id(long_text: str) -> str:
-    """A stable id for a passage whose source gives none: the first 16 hex digits of its text's SHA-256."""
-    return hashlib.sha256(long_text.encode("utf-8")).hexdigest()[:16]
-
-
 def _fields(value: Any) -> Mapping | None:
     """The fields of a dict, DSPy dotdict or dspy.Example/Prediction; None for anything else."""
     if isinstance(value, Mapping):
@@ -316,19 +283,3 @@ def check_k(k: int) -> int:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
         raise ConfigError(f"k must be an integer between 1 and {MAX_K}, got {k!r}")
     return k
-
-
-def dedup(passages: Iterable[Passage], seen: set[str] | None = None) -> list[Passage]:
-    """Passages whose id has not been seen, in order; `seen` (if given) is updated in place."""
-    seen = set() if seen is None else seen
-    fresh = []
-    for p in passages:
-        if p.id not in seen:
-            seen.add(p.id)
-            fresh.append(p)
-    return fresh
-
-
-def format_passages(passages: Sequence[Passage]) -> list[str]:
-    """The passages as the numbered strings signatures receive: `[1] Title | text`."""
-    return [f"[{i}] {p.long_text}" for i, p in enumerate(passages, 1)]

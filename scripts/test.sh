@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv with arag, its optional retrievers and its test dependencies on a fresh machine,
-# then run the test suite.
+# then check the code with ruff and run the test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
@@ -13,4 +13,5 @@ CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" pip_install
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   ARAG_TEST_POSTGRES_URL="$(bash scripts/start-postgres.sh)" && export ARAG_TEST_POSTGRES_URL
 fi
+.venv/bin/ruff check .
 exec .venv/bin/python -m pytest -q "$@"

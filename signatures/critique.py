@@ -1,5 +1,5 @@
 """Signatures for Self-RAG's prompted critics and its segment writer: decide retrieval, judge support,
-rate utility, and write the next part of an answer. Relevance is judged with `judging.JudgeRelevance`."""
+rate utility, and write the next part of an answer. Relevance is judged with `relevance.JudgeRelevance`."""
 
 from typing import Literal
 
@@ -46,7 +46,7 @@ class RateUtility(dspy.Signature):
     utility: Literal["5", "4", "3", "2", "1"] = dspy.OutputField()
 
 
-class ContinueAnswer(dspy.Signature):
+class ContinueAnswerFromKnowledge(dspy.Signature):
     """Continue the answer to the question from what you know, or begin it when the answer so far is empty."""
 
     question: str = dspy.InputField()

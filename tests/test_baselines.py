@@ -16,7 +16,8 @@ from arag.errors import ConfigError
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
-from arag.retrievers.base import BaseRetriever, Passage
+from arag.retrievers.base import BaseRetriever
+from arag.passages import Passage
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"

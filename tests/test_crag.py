@@ -16,7 +16,8 @@ from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
 from arag.programs.crag.evaluator import trigger
 from arag.retrievers import BM25Retriever
-from arag.retrievers.base import BaseRetriever, Passage
+from arag.retrievers.base import BaseRetriever
+from arag.passages import Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 
 QUESTION = "When was the Eiffel Tower completed?"

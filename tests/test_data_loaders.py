@@ -19,7 +19,7 @@ from arag.data import (
     score_all,
 )
 from arag.errors import ConfigError, DataError
-from arag.retrievers import Passage
+from arag.passages import Passage
 
 FIXTURES = Path(__file__).parent / "fixtures_data"
 

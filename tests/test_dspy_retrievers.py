@@ -24,7 +24,8 @@ from arag.retrievers import (
     as_retriever,
     open_retriever,
 )
-from arag.retrievers.base import passages_from, text_id
+from arag.retrievers.base import passages_from
+from arag.passages import text_id
 from arag.retrievers.dense import load_sentence_model
 from arag.testing import isolated_cache, scripted_lm
 from arag.trace import recording

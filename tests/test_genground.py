@@ -13,7 +13,8 @@ from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
 from arag.programs.frame.registry import build_program
-from arag.retrievers import BaseRetriever, Passage
+from arag.retrievers import BaseRetriever
+from arag.passages import Passage
 from arag.testing import OpenAICompatibleServer, scripted_lm
 
 

@@ -70,7 +70,7 @@ def test_build_index_from_a_corpus_file(corpus, tmp_path):
 
 
 def test_build_index_from_passages(tmp_path):
-    from arag.retrievers import Passage
+    from arag.passages import Passage
 
     out_dir = build_index([Passage(r["id"], r["title"], r["text"]) for r in ROWS], str(tmp_path / "index"))
     assert open_index(out_dir).retrieve("ice and snow", 1)[0].id == "c"

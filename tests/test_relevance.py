@@ -33,7 +33,7 @@ from arag.programs.crag.evaluator import (
     trigger,
 )
 from arag.programs.crag.refinement import decompose, refine, select_strips
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 
 # --- the action trigger -------------------------------------------------------------------------

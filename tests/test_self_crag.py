@@ -4,7 +4,6 @@ passage the candidate is written from and judged against; parameters; `arag eval
 loopback chat server."""
 
 import json
-import math
 
 import dspy
 import pytest
@@ -15,7 +14,7 @@ from arag.cli import main
 from arag.errors import ConfigError
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 from arag.testing import Scripted, Tokens, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"

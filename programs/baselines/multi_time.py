@@ -26,7 +26,7 @@ from arag.programs.frame.active_generation import (
 )
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
-from arag.retrievers.base import dedup
+from arag.passages import dedup
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
                low=1, high=256, searched=True, search_range=(8, 64))

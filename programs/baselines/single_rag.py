@@ -5,7 +5,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import passages_per_retrieval
 from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import REASONING, predictor
-from arag.retrievers import format_passages
+from arag.passages import format_passages
 from arag.signatures import AnswerFromPassages
 
 

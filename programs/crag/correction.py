@@ -16,7 +16,7 @@ from arag.programs.crag.evaluator import (
 )
 from arag.programs.crag.refinement import STRIP_MODES, refine
 from arag.programs.frame.params import Param, passages_per_retrieval
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 from arag.retrievers.web import Document, open_knowledge_search
 from arag.signatures.queries import RewriteAsKeywords
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 import dspy
 from arag.programs.frame.predictors import judged
 from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
-from arag.signatures.judging import JudgeRelevance
+from arag.signatures.relevance import JudgeRelevance
 
 from arag.concurrency import fan_out
 from arag.errors import ConfigError, LMError

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from arag.programs.crag.evaluator import RelevanceScorer
 from arag.programs.frame.sentences import split_sentences
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 
 from arag.errors import ConfigError
 

@@ -9,7 +9,8 @@ import dspy
 from arag.adapters import default_adapter
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
-from arag.retrievers.base import Passage, Retriever, as_retriever
+from arag.retrievers.base import Retriever, as_retriever
+from arag.passages import Passage
 from arag.trace import current_trace, note, recording, shown_probability
 from arag.programs.frame.params import Param, resolve_params
 

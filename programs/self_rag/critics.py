@@ -27,15 +27,15 @@ from arag.lm import (
 )
 from arag.programs.frame.predictors import judged
 from arag.programs.frame.sentences import split_sentences
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 from arag.signatures.critique import (
-    ContinueAnswer,
+    ContinueAnswerFromKnowledge,
     ContinueAnswerFromPassage,
     DecideRetrieval,
     JudgeSupport,
     RateUtility,
 )
-from arag.signatures.judging import JudgeRelevance
+from arag.signatures.relevance import JudgeRelevance
 
 UTILITY_GRADES = ("1", "2", "3", "4", "5")
 CRITIC_TOP_LOGPROBS = 5
@@ -104,7 +104,7 @@ class PromptedCritics(dspy.Module):
         self.assume_chosen_label = assume_chosen_label
         config = {} if assume_chosen_label else {"logprobs": True, "top_logprobs": CRITIC_TOP_LOGPROBS}
         self.decide_retrieval = dspy.Predict(DecideRetrieval, **config)
-        self.continue_answer = dspy.Predict(ContinueAnswer, **config)
+        self.continue_answer = dspy.Predict(ContinueAnswerFromKnowledge, **config)
         self.continue_from_passage = dspy.Predict(ContinueAnswerFromPassage, **config)
         self.judge_relevance = dspy.Predict(JudgeRelevance, **config)
         self.judge_support = dspy.Predict(JudgeSupport, **config)

@@ -51,7 +51,7 @@ from arag.errors import ConfigError
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
-from arag.retrievers.base import Passage
+from arag.passages import Passage
 from arag.programs.self_rag.critics import (
     UTILITY_GRADES,
     Critics,

@@ -1,4 +1,4 @@
-"""Signatures that judge: is a passage relevant, is an answer supported, which of two is better."""
+"""Judging whether a passage helps answer a question: CRAG's LM evaluator and Self-RAG's IsREL critic."""
 
 from typing import Literal
 
