@@ -15,9 +15,9 @@ from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverErr
 from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
 from arag.optimizers import compile, load_program, save_program, tune
+from arag.passages import Passage
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
 from arag.retrievers import open_retriever
-from arag.passages import Passage
 
 save = save_program
 load = load_program

@@ -10,8 +10,8 @@ from typing import Any
 import click
 import ujson
 
-from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.cli_optimize import compile_command, tune_command
+from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.errors import AragError, ConfigError
 from arag.evaluate import MAX_ERRORS
 
@@ -127,10 +127,9 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
 
     from arag.data import load_examples
     from arag.data.metrics import get_metric
-    from arag.evaluate import evaluate
+    from arag.evaluate import evaluate, fair_top_k
     from arag.optimizers.saving import load_program, read_compiled
     from arag.programs import build_program, get_program
-    from arag.evaluate import fair_top_k
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 

@@ -27,9 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
-
 import dspy  # noqa: E402  (cost sets the offline environment first)
+from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
 
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, set_lm_concurrency  # noqa: E402
 from arag.data import load_examples  # noqa: E402

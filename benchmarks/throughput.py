@@ -24,9 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
-
 import dspy  # noqa: E402  (cost sets the offline environment first)
+from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
 
 from arag.data import load_examples  # noqa: E402
 from arag.evaluate import evaluate  # noqa: E402

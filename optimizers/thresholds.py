@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 from itertools import chain
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 

@@ -30,11 +30,11 @@ import re
 import dspy
 
 from arag.lm import has_top_logprobs, label_probabilities
+from arag.passages import dedup, format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
-from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import judged
-from arag.passages import dedup, format_passages
+from arag.programs.frame.registry import register
 from arag.signatures.notes import (
     AnswerFromNote,
     CompareNotes,

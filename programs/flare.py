@@ -39,6 +39,7 @@ import dspy
 from arag.concurrency import fan_out
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
+from arag.passages import format_passages
 from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MARKUP_TOKENS,
@@ -52,10 +53,9 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.programs.frame.sentences import ends_with_final_answer
-from arag.passages import format_passages
 from arag.signatures.generation import ContinueAnswerWithSearch
-from arag.trace import shown_probability
 from arag.signatures.queries import QuestionForSpan
+from arag.trace import shown_probability
 
 THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
               "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0, searched=True)

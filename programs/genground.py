@@ -12,11 +12,11 @@ from typing import Any, Sequence
 
 import dspy
 
+from arag.passages import Passage, format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
-from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import REASONING, predictor
-from arag.passages import Passage, format_passages
+from arag.programs.frame.registry import register
 from arag.signatures.grounding import (
     ConcludeFromHistory,
     ConcludeYesNo,

@@ -30,11 +30,17 @@ trace says so. CRAG's parameters keep CRAG's defaults (k = 10, upper 0.5, lower 
 
 from __future__ import annotations
 
-from arag.programs.crag.correction import CORRECTION_PARAMS, CRAG_K, THRESHOLD_PRESETS, KnowledgeCorrector, check_thresholds
+from arag.passages import Passage
+from arag.programs.crag.correction import (
+    CORRECTION_PARAMS,
+    CRAG_K,
+    THRESHOLD_PRESETS,
+    KnowledgeCorrector,
+    check_thresholds,
+)
 from arag.programs.frame.params import Param
 from arag.programs.frame.registry import register
 from arag.programs.self_rag.self_rag import SELF_RAG_PARAMS, SelfRAG
-from arag.passages import Passage
 
 CONTEXTS = Param("contexts", "released", "what Self-RAG reads: released, the internal, external and combined knowledge "
                  "as CRAG's released code gives each question; action, the knowledge of CRAG's action (the paper)",

@@ -4,7 +4,15 @@ which brings DSPy's retrievers and plain search functions into it."""
 import importlib
 
 from arag.passages import Passage, dedup, format_passages
-from arag.retrievers.base import ACCEPTED_RETRIEVERS, MAX_K, BaseRetriever, CallableRetriever, Retriever, as_retriever, check_k
+from arag.retrievers.base import (
+    ACCEPTED_RETRIEVERS,
+    MAX_K,
+    BaseRetriever,
+    CallableRetriever,
+    Retriever,
+    as_retriever,
+    check_k,
+)
 
 _LAZY_EXPORTS = {
     "BM25Retriever": "arag.retrievers.bm25",

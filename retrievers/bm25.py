@@ -9,8 +9,8 @@ from pathlib import Path
 import bm25s
 
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers.base import BaseRetriever, check_k
 from arag.passages import Passage
+from arag.retrievers.base import BaseRetriever, check_k
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
     read_index_manifest,

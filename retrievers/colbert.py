@@ -29,8 +29,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers.base import BaseRetriever
 from arag.passages import Passage
+from arag.retrievers.base import BaseRetriever
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
     read_index_manifest,

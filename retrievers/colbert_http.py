@@ -24,8 +24,8 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import requests
 
 from arag.errors import AragError, ConfigError, RetrieverError
-from arag.retrievers.base import MAX_K, BaseRetriever, Retriever
 from arag.passages import Passage
+from arag.retrievers.base import MAX_K, BaseRetriever, Retriever
 
 logger = logging.getLogger("arag")
 

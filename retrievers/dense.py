@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers.base import BaseRetriever, check_k
 from arag.passages import Passage
+from arag.retrievers.base import BaseRetriever, check_k
 from arag.retrievers.manifest import (
     PASSAGES_FILE,
     read_index_manifest,

@@ -12,8 +12,8 @@ from typing import Any
 
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers.base import Retriever, as_retriever
 from arag.passages import Passage
+from arag.retrievers.base import Retriever, as_retriever
 from arag.retrievers.bm25 import BM25Retriever
 from arag.retrievers.colbert import ColBERTRetriever
 from arag.retrievers.colbert_http import ColBERTv2Retriever

@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 import httpx
 
 from arag.errors import ConfigError, RetrieverError
-from arag.retrievers.base import Retriever
 from arag.passages import Passage
+from arag.retrievers.base import Retriever
 
 WEB_SPEC_FORMS = "serper, tavily, brave, searxng (each optionally NAME:BASE_URL), local:DIR, or none"
 MIN_PARAGRAPH_WORDS = 5

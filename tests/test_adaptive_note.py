@@ -11,11 +11,11 @@ from click.testing import CliRunner
 import arag.programs.adaptive_note  # noqa: F401  (registers adaptive-note)
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.programs import build_program
 from arag.evaluate import fair_top_k
+from arag.passages import Passage
+from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
 from arag.retrievers import BaseRetriever
-from arag.passages import Passage
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
 from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
 

@@ -13,11 +13,11 @@ import arag.programs.baselines.react  # noqa: F401  (registers react)
 import arag.programs.baselines.self_ask  # noqa: F401  (registers self-ask)
 from arag.cli import main
 from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
 from arag.retrievers.base import BaseRetriever
-from arag.passages import Passage
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"

@@ -7,8 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers import BM25Retriever, build_index
 from arag.passages import Passage
+from arag.retrievers import BM25Retriever, build_index
 from arag.retrievers import bm25 as bm25_module
 from arag.retrievers.manifest import MANIFEST_NAME
 

@@ -17,9 +17,8 @@ import pytest
 import requests
 
 from arag.errors import ConfigError, RetrieverError
-from arag.retrievers import BM25Retriever, ColBERTv2Retriever, SearchServer, open_retriever
 from arag.passages import Passage
-from arag.retrievers import colbert_http
+from arag.retrievers import BM25Retriever, ColBERTv2Retriever, SearchServer, colbert_http, open_retriever
 from arag.retrievers.base import BaseRetriever
 
 PASSAGES = [

@@ -1,8 +1,8 @@
 """Compiling with DSPy teleprompters: the metric adapters each one calls, and `arag compile`."""
 
-import dspy
 import json
 
+import dspy
 import pytest
 from click.testing import CliRunner
 

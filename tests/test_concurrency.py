@@ -10,9 +10,9 @@ import pytest
 
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, fan_out, lm_concurrency, set_lm_concurrency
 from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BaseRetriever
-from arag.passages import Passage
 from arag.testing import Tokens, isolated_cache, scripted_lm
 from arag.trace import note, recording
 

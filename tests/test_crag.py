@@ -13,11 +13,11 @@ from click.testing import CliRunner
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
-from arag.programs.frame.registry import build_program
+from arag.passages import Passage
 from arag.programs.crag.evaluator import trigger
+from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever
-from arag.passages import Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 
 QUESTION = "When was the Eiffel Tower completed?"

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from arag.errors import ConfigError, DataError, RetrieverError
-from arag.retrievers import DenseRetriever, build_index, open_index, open_retriever
 from arag.passages import Passage
+from arag.retrievers import DenseRetriever, build_index, open_index, open_retriever
 from arag.retrievers import dense as dense_module
 from arag.retrievers.manifest import MANIFEST_NAME
 

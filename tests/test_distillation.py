@@ -9,12 +9,12 @@ from click.testing import CliRunner
 
 from arag.adapters import SchemaAdapter
 from arag.cli import main
-from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
 from arag.errors import DataError
 from arag.evaluate import evaluate
+from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
+from arag.passages import Passage
 from arag.programs.genground import GenGround
 from arag.retrievers import BaseRetriever
-from arag.passages import Passage
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import scripted_lm
 

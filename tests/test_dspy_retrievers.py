@@ -11,8 +11,10 @@ from pathlib import Path
 import dspy
 import pytest
 from dspy.dsp.utils import dotdict
+from test_colbert_http import ColBERTAIHandler  # answers like the public servers: pids, `Title | text`
 
 from arag.errors import ConfigError, RetrieverError
+from arag.passages import text_id
 from arag.programs import build_program
 from arag.retrievers import (
     BM25Retriever,
@@ -25,11 +27,9 @@ from arag.retrievers import (
     open_retriever,
 )
 from arag.retrievers.base import passages_from
-from arag.passages import text_id
 from arag.retrievers.dense import load_sentence_model
 from arag.testing import isolated_cache, scripted_lm
 from arag.trace import recording
-from test_colbert_http import ColBERTAIHandler  # answers like the public servers: pids, `Title | text`
 
 PASSAGES = [
     Passage("0", "Lighthouse", "A lighthouse guides ships at night with a rotating beam of light."),

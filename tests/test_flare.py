@@ -17,12 +17,12 @@ from arag.data import load_examples
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import TokenLogprob, build_lm
+from arag.passages import Passage
+from arag.programs.flare import FLARE, WRITES_PAST_THE_CAP, FLAREInstruct, low_confidence_spans, split_at_search
 from arag.programs.frame.active_generation import MARKUP_TOKENS
-from arag.programs.flare import WRITES_PAST_THE_CAP, FLARE, FLAREInstruct, low_confidence_spans, split_at_search
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever
-from arag.passages import Passage
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm, tokenize
 
 QUESTION = "Which university did Joe Biden attend?"

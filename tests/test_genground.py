@@ -11,10 +11,10 @@ from dspy.utils.exceptions import AdapterParseError
 import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
-from arag.programs.genground import GenGround, cited_evidence, yes_no_label
-from arag.programs.frame.registry import build_program
-from arag.retrievers import BaseRetriever
 from arag.passages import Passage
+from arag.programs.frame.registry import build_program
+from arag.programs.genground import GenGround, cited_evidence, yes_no_label
+from arag.retrievers import BaseRetriever
 from arag.testing import OpenAICompatibleServer, scripted_lm
 
 

@@ -20,6 +20,7 @@ from arag.optimizers.thresholds import (
     roc_auc,
     score_pairs,
 )
+from arag.passages import Passage
 from arag.programs.crag.evaluator import (
     AMBIGUOUS,
     BLANK_SCORE,
@@ -33,7 +34,6 @@ from arag.programs.crag.evaluator import (
     trigger,
 )
 from arag.programs.crag.refinement import decompose, refine, select_strips
-from arag.passages import Passage
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 
 # --- the action trigger -------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from arag.data import sample_paths
 from arag.errors import QuestionFailed
 from arag.evaluate import evaluate
 from arag.lm import build_lm, complete_raw, completions_lm
+from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BaseRetriever
-from arag.passages import Passage
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
 

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 import arag.programs.self_crag  # noqa: F401  (registers self-crag)
 from arag.cli import main
 from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.passages import Passage
 from arag.testing import Scripted, Tokens, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"

@@ -18,9 +18,9 @@ from arag.cli import main
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import build_lm
+from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.passages import Passage
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"

@@ -11,10 +11,10 @@ import pytest
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, RetrieverError
+from arag.passages import Passage
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.retrievers.base import BaseRetriever
-from arag.passages import Passage
 from arag.retrievers.web import (
     BraveSearch,
     LocalSearch,

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
+from arag.passages import dedup
 from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MAX_TOKENS,
@@ -26,7 +27,6 @@ from arag.programs.frame.active_generation import (
 )
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
-from arag.passages import dedup
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
                low=1, high=256, searched=True, search_range=(8, 64))

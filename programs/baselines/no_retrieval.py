@@ -1,8 +1,8 @@
 """No retrieval: the LM answers from its own knowledge (the closed-book baseline)."""
 
 from arag.programs.frame.base import RAGProgram
-from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import REASONING, predictor
+from arag.programs.frame.registry import register
 from arag.signatures import AnswerFromKnowledge
 
 

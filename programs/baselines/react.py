@@ -6,10 +6,10 @@ from __future__ import annotations
 import dspy
 from dspy.utils.exceptions import AdapterParseError
 
+from arag.passages import format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
-from arag.passages import format_passages
 from arag.signatures.generation import AnswerBySearching
 from arag.trace import note
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import dspy
 
+from arag.passages import format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
-from arag.passages import format_passages
 from arag.signatures.answering import AnswerFromPassages
 from arag.signatures.generation import AnswerFromFollowUps
 from arag.signatures.queries import NextFollowUp

@@ -1,11 +1,11 @@
 """Single-time RAG: retrieve once with the question, answer from the top k passages."""
 
 
+from arag.passages import format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import passages_per_retrieval
-from arag.programs.frame.registry import register
 from arag.programs.frame.predictors import REASONING, predictor
-from arag.passages import format_passages
+from arag.programs.frame.registry import register
 from arag.signatures import AnswerFromPassages
 
 

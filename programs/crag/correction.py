@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 
 import dspy
+
+from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs.crag.evaluator import (
     AMBIGUOUS,
     CORRECT,
@@ -16,11 +19,8 @@ from arag.programs.crag.evaluator import (
 )
 from arag.programs.crag.refinement import STRIP_MODES, refine
 from arag.programs.frame.params import Param, passages_per_retrieval
-from arag.passages import Passage
 from arag.retrievers.web import Document, open_knowledge_search
 from arag.signatures.queries import RewriteAsKeywords
-
-from arag.errors import ConfigError
 from arag.trace import current_trace, note
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)

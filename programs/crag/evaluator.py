@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
-from arag.programs.frame.predictors import judged
-from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
-from arag.signatures.relevance import JudgeRelevance
 
 from arag.concurrency import fan_out
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
+from arag.programs.frame.predictors import judged
+from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
+from arag.signatures.relevance import JudgeRelevance
 
 BLANK_SCORE = -1.0
 SCORER_FORMS = "lm, embedding, or t5:PATH (a folder holding a T5 relevance evaluator)"

@@ -8,11 +8,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs.crag.evaluator import RelevanceScorer
 from arag.programs.frame.sentences import split_sentences
-from arag.passages import Passage
-
-from arag.errors import ConfigError
 
 STRIP_MODES = ("sentences", "words", "passage")
 SENTENCES_PER_STRIP = 3

@@ -28,10 +28,10 @@ from typing import ClassVar, Sequence
 import dspy
 
 from arag.lm import TokenLogprob, complete_raw, field_logprobs, raw_prompt_lm, require_lm
+from arag.passages import Passage, dedup, format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param
 from arag.programs.frame.sentences import ends_with_final_answer, final_answer, split_sentences
-from arag.passages import Passage, dedup, format_passages
 from arag.signatures.generation import ContinueAnswer
 
 LOOKAHEAD_TOKENS = Param("lookahead_tokens", 64, "tokens drafted per step, of which the first sentence is kept",

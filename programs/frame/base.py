@@ -9,10 +9,10 @@ import dspy
 from arag.adapters import default_adapter
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import field_logprobs
-from arag.retrievers.base import Retriever, as_retriever
 from arag.passages import Passage
-from arag.trace import current_trace, note, recording, shown_probability
 from arag.programs.frame.params import Param, resolve_params
+from arag.retrievers.base import Retriever, as_retriever
+from arag.trace import current_trace, note, recording, shown_probability
 
 MAX_LM_CALLS_SETTING = "arag_max_lm_calls"  # dspy.context(arag_max_lm_calls=N): the cap on one question's LM calls
 BASE_LM_CALLS, LM_CALLS_PER_PASSAGE = 100, 10

@@ -25,9 +25,9 @@ from arag.lm import (
     require_lm,
     token_label_probabilities,
 )
+from arag.passages import Passage
 from arag.programs.frame.predictors import judged
 from arag.programs.frame.sentences import split_sentences
-from arag.passages import Passage
 from arag.signatures.critique import (
     ContinueAnswerFromKnowledge,
     ContinueAnswerFromPassage,

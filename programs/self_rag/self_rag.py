@@ -48,10 +48,10 @@ import dspy
 from arag.concurrency import fan_out
 from arag.data.metrics import normalize_answer
 from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
-from arag.passages import Passage
 from arag.programs.self_rag.critics import (
     UTILITY_GRADES,
     Critics,
