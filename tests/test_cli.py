@@ -18,7 +18,8 @@ ANSWER_PROBS = [0.9, 0.5, 0.8]
 
 
 def chief_of_protocol(call):
-    return {f: Scripted("Chief of Protocol", ANSWER_PROBS) if f == "answer" else "From the passages." for f in call.output_fields}
+    return {f: Scripted("Chief of Protocol", ANSWER_PROBS) if f == "answer" else "From the passages."
+            for f in call.output_fields}
 
 
 @pytest.fixture(autouse=True)

@@ -178,7 +178,8 @@ def test_arag_compile_over_a_loopback_server_saves_a_program_that_reloads(tmp_pa
         # system, two demos as user/assistant turns, then the question
         assert [len(r["body"]["messages"]) for r in server.requests[-2:]] == [6, 6]  # would be 2 uncompiled
         summary = json.loads((run / "summary.json").read_text())
-        assert (summary["program"], summary["params"], summary["compiled"]) == ("single-rag", {"k": 2, "reasoning": "cot"}, str(out))
+        assert (summary["program"], summary["params"], summary["compiled"]) == (
+            "single-rag", {"k": 2, "reasoning": "cot"}, str(out))
         wrong = CliRunner().invoke(main, ["eval", "--compiled", str(out), "--program", "flare", "--dataset",
                                           str(QUESTIONS), "--corpus", str(CORPUS), "--lm", "openai/x", "--out",
                                           str(tmp_path / "wrong")])

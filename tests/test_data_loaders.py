@@ -144,7 +144,9 @@ def test_jsonl_examples_have_the_common_fields(tmp_path):
                 "question": " Where was Kepler born? ",
                 "answers": ["Weil der Stadt", "Weil der Stadt"],
                 "supporting_titles": ["Johannes Kepler"],
-                "passages": [{"id": "p1", "title": "Johannes Kepler", "text": "Born in Weil der Stadt.", "is_supporting": True}],
+                "passages": [
+                    {"id": "p1", "title": "Johannes Kepler", "text": "Born in Weil der Stadt.", "is_supporting": True}
+                ],
                 "source": "somewhere:data/dev.jsonl",
             }
         ],
@@ -157,12 +159,16 @@ def test_jsonl_examples_have_the_common_fields(tmp_path):
     assert example.dataset == "jsonl"
     assert example.meta == {"source": "somewhere:data/dev.jsonl"}
     assert example.supporting_titles == ["Johannes Kepler"]
-    assert example.passages == [{"id": "p1", "title": "Johannes Kepler", "text": "Born in Weil der Stadt.", "is_supporting": True}]
+    assert example.passages == [
+        {"id": "p1", "title": "Johannes Kepler", "text": "Born in Weil der Stadt.", "is_supporting": True}
+    ]
 
 
 def test_jsonl_dataset_comes_from_meta_source_or_path(tmp_path):
     rows = [
-        {"id": "a", "question": "q?", "answers": ["B text"], "meta": {"choices": [{"label": "A", "text": "A text"}, {"label": "B", "text": "B text"}], "answer_label": "B"}},
+        {"id": "a", "question": "q?", "answers": ["B text"],
+         "meta": {"choices": [{"label": "A", "text": "A text"}, {"label": "B", "text": "B text"}],
+                  "answer_label": "B"}},
         {"id": "b", "question": "q?", "answers": ["yes"], "meta": {"label_set": ["yes", "no", "maybe"]}},
         {"id": "c", "question": "q?", "answers": ["no"], "meta": {"decomposition": ["x"]}},
         {"id": "d", "question": "q?", "answers": ["x"], "meta": {"question_decomposition": []}},
@@ -172,7 +178,9 @@ def test_jsonl_dataset_comes_from_meta_source_or_path(tmp_path):
         {"id": "h", "question": "q?", "answer": "single answer"},
     ]
     examples = load_examples(jsonl(tmp_path / "mixed.jsonl", rows))
-    assert [e.dataset for e in examples] == ["arc", "pubmedqa", "strategyqa", "musique", "popqa", "2wiki", "triviaqa", "jsonl"]
+    assert [e.dataset for e in examples] == [
+        "arc", "pubmedqa", "strategyqa", "musique", "popqa", "2wiki", "triviaqa", "jsonl"
+    ]
     assert examples[0].choices == [{"label": "A", "text": "A text"}, {"label": "B", "text": "B text"}]
     assert examples[0].answer_label == "B"
     assert examples[-1].answers == ["single answer"]
@@ -204,7 +212,9 @@ def test_hotpotqa_distractor_json():
     assert first.answers == ["Danube"]
     assert first.supporting_titles == ["The Magic Flute", "Vienna"]
     assert [p["is_supporting"] for p in first.passages] == [True, True, False]
-    assert first.passages[0]["text"] == "The Magic Flute is an opera by Wolfgang Amadeus Mozart. It premiered in Vienna in 1791."
+    assert first.passages[0]["text"] == (
+        "The Magic Flute is an opera by Wolfgang Amadeus Mozart. It premiered in Vienna in 1791."
+    )
     assert first.passages[0]["id"] == "The Magic Flute"
     assert first.meta["type"] == "bridge" and first.meta["level"] == "medium"
     assert second.answers == ["yes"]
@@ -252,13 +262,15 @@ def test_popqa_tsv():
     assert first.dataset == "popqa" and first.id == "101"
     assert first.question == "What is Anna Berg's occupation?"
     assert first.answers == ["film director", "director", "filmmaker"]
-    assert first.meta == {"subj": "Anna Berg", "prop": "occupation", "obj": "film director", "s_wiki_title": "Anna Berg", "s_pop": 42, "o_pop": 9000}
+    assert first.meta == {"subj": "Anna Berg", "prop": "occupation", "obj": "film director",
+                          "s_wiki_title": "Anna Berg", "s_pop": 42, "o_pop": 9000}
     assert second.answers == ["Norway", "Kingdom of Norway"]
 
 
 def test_popqa_selfrag_jsonl():
     first, second = load_examples(FIXTURES / "popqa_longtail_w_gs.jsonl")
-    assert detect_format(FIXTURES / "popqa_longtail_w_gs.jsonl", {"question": "q", "answers": [], "ctxs": []}) == "popqa-selfrag"
+    first_record = {"question": "q", "answers": [], "ctxs": []}
+    assert detect_format(FIXTURES / "popqa_longtail_w_gs.jsonl", first_record) == "popqa-selfrag"
     assert first.dataset == "popqa" and first.id == "101"
     assert first.meta == {"prop": "occupation", "s_wiki_title": "Anna Berg", "s_pop": 42}
     assert [p["id"] for p in first.passages] == ["9001", "101-ctx-1"]
@@ -286,7 +298,8 @@ def test_arc_numeric_labels_and_selfrag_passages():
     numeric = load_examples(FIXTURES / "ARC-Challenge-Test.jsonl")[1]
     assert (numeric.answer_label, numeric.answers) == ("1", ["the Sun"])
     [selfrag] = load_examples(FIXTURES / "arc_challenge_processed.jsonl")
-    assert selfrag.passages == [{"id": "77", "title": "Photosynthesis", "text": "Plants take in carbon dioxide and release oxygen.", "is_supporting": False}]
+    assert selfrag.passages == [{"id": "77", "title": "Photosynthesis",
+                                 "text": "Plants take in carbon dioxide and release oxygen.", "is_supporting": False}]
 
 
 def test_asqa_alce_json():
@@ -392,7 +405,8 @@ def test_bad_records_are_errors_not_skipped(tmp_path, row, message):
 
 
 def test_bad_records_in_original_formats(tmp_path):
-    arc = jsonl(tmp_path / "arc.jsonl", [{"id": "a", "question": {"stem": "q?", "choices": [{"label": "A", "text": "x"}]}, "answerKey": "E"}])
+    arc = jsonl(tmp_path / "arc.jsonl",
+                [{"id": "a", "question": {"stem": "q?", "choices": [{"label": "A", "text": "x"}]}, "answerKey": "E"}])
     with pytest.raises(DataError, match=r"line 1: answer label 'E' is not among the choices \['A'\]"):
         load_examples(arc)
     popqa = write(tmp_path / "p.tsv", "id\tquestion\tpossible_answers\n1\tq?\tnot json\n")
@@ -404,17 +418,20 @@ def test_bad_records_in_original_formats(tmp_path):
     strategy = write(tmp_path / "s.json", json.dumps([{"qid": "s", "question": "q?", "answer": "perhaps"}]))
     with pytest.raises(DataError, match=r"record 0 \(0-based\): StrategyQA answer must be true/false"):
         load_examples(strategy)
-    asqa = write(tmp_path / "a.json", json.dumps([{"sample_id": "1", "question": "q?", "qa_pairs": [{"short_answers": []}]}]))
+    asqa = write(tmp_path / "a.json",
+                 json.dumps([{"sample_id": "1", "question": "q?", "qa_pairs": [{"short_answers": []}]}]))
     with pytest.raises(DataError, match=r"qa_pairs\[0\] needs a non-empty 'short_answers' list"):
         load_examples(asqa)
-    hotpot = write(tmp_path / "h.json", json.dumps([{"_id": "1", "question": "q?", "answer": "a", "context": [["T", "not a list"]]}]))
+    hotpot = write(tmp_path / "h.json",
+                   json.dumps([{"_id": "1", "question": "q?", "answer": "a", "context": [["T", "not a list"]]}]))
     with pytest.raises(DataError, match=r"context\[0\] must be \[title, \[sentences\]\]"):
         load_examples(hotpot)
 
 
 def test_non_utf8_bytes(tmp_path):
     lines = tmp_path / "d.jsonl"
-    lines.write_bytes(b'{"id": 1, "question": "q?", "answers": ["a"]}\n{"id": 2, "question": "caf\xe9?", "answers": ["a"]}\n')
+    lines.write_bytes(b'{"id": 1, "question": "q?", "answers": ["a"]}\n'
+                      b'{"id": 2, "question": "caf\xe9?", "answers": ["a"]}\n')
     with pytest.raises(DataError, match=r"d.jsonl, line 2: not valid UTF-8"):
         load_examples(lines)
     document = tmp_path / "d.json"
@@ -487,5 +504,6 @@ def test_shared_sets_load_with_the_right_dataset(shared_dataset, name, count, da
 
 
 def test_shared_corpora_load(shared_dataset):
-    for name, count in [("arc_challenge", 1973), ("musique_train100", 1890), ("popqa_longtail", 2488), ("pubmedqa", 1000)]:
+    counts = [("arc_challenge", 1973), ("musique_train100", 1890), ("popqa_longtail", 2488), ("pubmedqa", 1000)]
+    for name, count in counts:
         assert len(load_corpus(shared_dataset(name) / "corpus.jsonl")) == count

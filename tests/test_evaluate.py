@@ -12,7 +12,8 @@ from arag.testing import Faults, scripted_lm
 
 def examples(n):
     return [
-        dspy.Example(id=f"q{i}", question=f"What is item {i}?", answers=[f"item {i}"], dataset="jsonl").with_inputs("question")
+        dspy.Example(id=f"q{i}", question=f"What is item {i}?", answers=[f"item {i}"], dataset="jsonl")
+        .with_inputs("question")
         for i in range(n)
     ]
 
@@ -20,7 +21,8 @@ def examples(n):
 def echo_item(call):
     """Answers 'item N' for even N and 'unknown' for odd N."""
     number = int(call.inputs["question"].split()[-1].rstrip("?"))
-    return {f: (f"item {number}" if number % 2 == 0 else "unknown") if f == "answer" else "." for f in call.output_fields}
+    answer = f"item {number}" if number % 2 == 0 else "unknown"
+    return {f: answer if f == "answer" else "." for f in call.output_fields}
 
 
 def read_rows(out):
@@ -31,7 +33,8 @@ def test_rows_and_summary(tmp_path):
     lm = scripted_lm(echo_item)
     program = build_program("no-retrieval")
     with dspy.context(lm=lm):
-        result = evaluate(program, examples(6), out_dir=tmp_path, threads=3, progress=False, run_info={"program": "no-retrieval"})
+        result = evaluate(program, examples(6), out_dir=tmp_path, threads=3, progress=False,
+                          run_info={"program": "no-retrieval"})
     rows = read_rows(tmp_path)
     assert sorted(r["id"] for r in rows) == [f"q{i}" for i in range(6)]
     required = {"id", "question", "answers", "prediction", "metrics", "lm_calls", "prompt_tokens",
@@ -101,7 +104,8 @@ def test_resume_with_other_settings_is_refused(tmp_path):
     with dspy.context(lm=scripted_lm(echo_item)):
         evaluate(program, examples(1), out_dir=tmp_path, progress=False, run_info={"program": "a", "params": {"k": 1}})
         with pytest.raises(ConfigError, match=r"different settings \(params\)"):
-            evaluate(program, examples(1), out_dir=tmp_path, progress=False, run_info={"program": "a", "params": {"k": 2}})
+            evaluate(program, examples(1), out_dir=tmp_path, progress=False,
+                     run_info={"program": "a", "params": {"k": 2}})
 
 
 def test_duplicate_ids_are_refused():

@@ -48,8 +48,8 @@ def add_one(call):
 
 
 def sums(n: int) -> list[dspy.Example]:
-    return [dspy.Example(id=f"q{i:03d}", question=f"What is {i} plus one?", answers=[str(i + 1)]).with_inputs("question")
-            for i in range(n)]
+    return [dspy.Example(id=f"q{i:03d}", question=f"What is {i} plus one?", answers=[str(i + 1)])
+            .with_inputs("question") for i in range(n)]
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -176,14 +176,16 @@ def test_an_adaptive_note_eval_killed_twice_resumes_to_the_uninterrupted_rows(tm
             return {"query": f"query {len(call.inputs['asked_queries'])} for {call.inputs['question'][:20]}"}
         if "better" in call.output_fields:
             return {"better": len(call.inputs["new_note"]) > len(call.inputs["best_note"])}
-        return {field: f"{call.inputs['question'][:15]} {len(call.inputs.get('note', ''))}" for field in call.output_fields}
+        written = f"{call.inputs['question'][:15]} {len(call.inputs.get('note', ''))}"
+        return {field: written for field in call.output_fields}
 
     def env(cache: str) -> dict:
         return {**os.environ, "ARAG_HOME": str(tmp_path / "home"), "DSPY_CACHEDIR": str(tmp_path / cache)}
 
     killed = tmp_path / "killed"
     with OpenAICompatibleServer(notes, latency=0.03) as server:
-        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env("cache-whole"), timeout=300)
+        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env("cache-whole"),
+                       timeout=300)
         for rows_before_kill in (2, 7):
             proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     env=env("cache-killed"))
@@ -212,7 +214,8 @@ def evidence_reader(call):
     example = SAMPLE_BY_QUESTION[call.inputs["question"]]
     titles = {passage.split("] ", 1)[1].split(" | ")[0] for passage in json.loads(call.inputs["passages"])}
     right = set(example.supporting_titles) <= titles and len(titles) <= 3
-    return {field: (example.answers[0] if right else "unknown") if field == "answer" else "." for field in call.output_fields}
+    answer = example.answers[0] if right else "unknown"
+    return {field: answer if field == "answer" else "." for field in call.output_fields}
 
 
 def trials_by_state(out: Path) -> dict[str, list[dict]]:
@@ -227,7 +230,8 @@ def test_a_tuning_run_killed_mid_trial_resumes_to_the_uninterrupted_result(tmp_p
     # The same `arag tune` command, with Optuna's heartbeat shortened from 10 s / 30 s grace so that the trial
     # the kill left "running" is declared failed after 2 s instead of 30 (the rerun waits for that).
     entry = ("import importlib, sys; tuning = importlib.import_module('arag.optimizers.tune'); "
-             "tuning.HEARTBEAT_S, tuning.GRACE_PERIOD_S = 1, 2; from arag.cli import main; sys.argv[0] = 'arag'; main()")
+             "tuning.HEARTBEAT_S, tuning.GRACE_PERIOD_S = 1, 2; "
+             "from arag.cli import main; sys.argv[0] = 'arag'; main()")
 
     def command(out: Path) -> list[str]:
         return [sys.executable, "-c", entry, "tune", "--program", "single-rag", "--devset", str(questions),
@@ -240,7 +244,8 @@ def test_a_tuning_run_killed_mid_trial_resumes_to_the_uninterrupted_result(tmp_p
 
     killed = tmp_path / "killed"
     with OpenAICompatibleServer(evidence_reader, latency=0.05) as server:
-        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env("cache-whole"), timeout=300)
+        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env("cache-whole"),
+                       timeout=300)
         proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=env("cache-killed"))
         third_trial = killed / "trials" / "single-rag-em" / "0002" / "predictions.jsonl"
@@ -256,7 +261,8 @@ def test_a_tuning_run_killed_mid_trial_resumes_to_the_uninterrupted_result(tmp_p
     whole, resumed = trials_by_state(tmp_path / "whole"), trials_by_state(killed)
     assert len(whole["complete"]) == len(resumed["complete"]) == 6 and len(resumed.get("fail", [])) == 1
     # The same trials, in the same order, with the same values: resuming is reproducible.
-    assert [(row["k"], row["em"]) for row in resumed["complete"]] == [(row["k"], row["em"]) for row in whole["complete"]]
+    assert ([(row["k"], row["em"]) for row in resumed["complete"]]
+            == [(row["k"], row["em"]) for row in whole["complete"]])
     best = [ujson.loads((out / "best_params.json").read_text()) for out in (tmp_path / "whole", killed)]
     assert best[0]["params"] == best[1]["params"] and best[0]["values"] == best[1]["values"]
 
@@ -515,6 +521,7 @@ def test_the_api_key_appears_in_no_file_and_no_output(tmp_path):
     assert [done[name].returncode for name in runs] == [0, 0, 0, 2], {n: d.stderr[-500:] for n, d in done.items()}
     assert proxy.authorizations and set(proxy.authorizations) == {f"Bearer {SECRET_KEY}"}
     assert all(SECRET_KEY not in d.stdout + d.stderr for d in done.values())
-    written = [tmp_path / "eval" / "predictions.jsonl", tmp_path / "compiled.json", tmp_path / "tune" / "best_params.json"]
+    written = [tmp_path / "eval" / "predictions.jsonl", tmp_path / "compiled.json",
+               tmp_path / "tune" / "best_params.json"]
     assert all(path.is_file() for path in written) and any((tmp_path / "dspy-cache").rglob("*"))
     assert files_holding(tmp_path, SECRET_KEY) == []

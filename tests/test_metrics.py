@@ -103,7 +103,8 @@ def test_str_em_and_str_hit():
 
 @pytest.mark.parametrize(
     "prediction",
-    ["B", "(B)", "B)", "B.", "b)", "[B]", "B: carbon dioxide", "B) carbon dioxide", "Answer: B", "The answer is (B)", "Carbon dioxide."],
+    ["B", "(B)", "B)", "B.", "b)", "[B]", "B: carbon dioxide", "B) carbon dioxide", "Answer: B", "The answer is (B)",
+     "Carbon dioxide."],
 )
 def test_choice_accuracy_right(prediction):
     assert choice_accuracy(prediction, ARC) == 1.0

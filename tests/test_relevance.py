@@ -451,7 +451,8 @@ def test_action_shares_count_questions_not_pairs():
 
 def test_official_refinement_keeps_whole_documents_best_first_without_a_threshold():
     passages = [Passage("a", "A", "Paris is in France. It is big. It has a river. The river is long."),
-                Passage("b", "B", "Lyon is in France now."), Passage("c", "C", "Tiny."), Passage("d", "D", "Rome is very far.")]
+                Passage("b", "B", "Lyon is in France now."), Passage("c", "C", "Tiny."),
+                Passage("d", "D", "Rome is very far.")]
     scorer = KeywordScorer({"Paris": -0.9, "Lyon": 0.4, "Tiny": 0.9, "Rome": -0.95})
     refined = refine("q?", passages, scorer, mode="passage", top_k=3, threshold=-math.inf, in_score_order=True,
                      min_words=4)
