@@ -7,32 +7,26 @@ import math
 import dspy
 import pytest
 from click.testing import CliRunner
+from fakes import PassageTemplate, TemplateRetriever
 
 import arag.programs.adaptive_note  # noqa: F401  (registers adaptive-note)
 from arag.cli import main
 from arag.errors import ConfigError
 from arag.evaluate import fair_top_k
-from arag.passages import Passage
 from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
-from arag.retrievers import BaseRetriever
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
 from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
 
 QUESTION = "Which city hosts the headquarters of the company that makes the Zephyr kettle?"
 
 
-class PagedRetriever(BaseRetriever):
+NOTE_PASSAGES = PassageTemplate(id="{query}#{rank}", title="T {id}", text="text of {id}", first_rank=0)
+
+
+def paged_retriever(pages=None):
     """Each query gets its own k passages (ids `<query>#<i>`), unless `pages` maps it to chosen ids."""
-
-    def __init__(self, pages=None):
-        self.pages = pages or {}
-        self.queries = []
-
-    def _search(self, query, k):
-        self.queries.append(query)
-        ids = self.pages.get(query, [f"{query}#{i}" for i in range(k)])[:k]
-        return [Passage(id=pid, title=f"T {pid}", text=f"text of {pid}", score=1.0) for pid in ids]
+    return TemplateRetriever(NOTE_PASSAGES, pages=pages)
 
 
 class NoteScript:
@@ -69,7 +63,7 @@ class NoteScript:
 
 def run(script, retriever=None, lm_kwargs=None, **params):
     lm = scripted_lm(script, **(lm_kwargs or {}))
-    program = AdaptiveNote(retriever or PagedRetriever(), **params)
+    program = AdaptiveNote(retriever or paged_retriever(), **params)
     with dspy.context(lm=lm):
         prediction = program(question=QUESTION)
     return prediction, lm
@@ -138,7 +132,7 @@ def test_passages_are_deduplicated_across_steps():
         "q3": ["e", "f", "c"],
     }
     script = NoteScript(verdicts=[True, True, True])
-    prediction, lm = run(script, PagedRetriever(pages), t_iu=1, t_ci=3, t_rp=6, k=3)
+    prediction, lm = run(script, paged_retriever(pages), t_iu=1, t_ci=3, t_rp=6, k=3)
     notes = steps(prediction, "note")
     assert [(n["new_ids"], n["seen_ids"]) for n in notes] == [
         (["a", "b", "c"], []), (["d"], ["b", "a"]), ([], ["a", "b", "d"]), (["e", "f"], ["c"])
@@ -233,7 +227,7 @@ def test_without_top_log_probabilities_the_verdict_is_recorded_alone(lm_kwargs):
 
 @pytest.mark.parametrize("with_question", [False, True])
 def test_the_retrieval_query_is_selectable(with_question):
-    retriever = PagedRetriever()
+    retriever = paged_retriever()
     run(NoteScript(verdicts=[False]), retriever, t_iu=1, k=2, query_with_question=with_question)
     assert retriever.queries == [QUESTION, f"q1\n{QUESTION}" if with_question else "q1"]
 
@@ -242,7 +236,7 @@ def test_the_retrieval_query_is_selectable(with_question):
 def test_the_answer_style_picks_the_generator(style, signature):
     lm = scripted_lm(NoteScript(verdicts=[False]))
     with dspy.context(lm=lm):
-        AdaptiveNote(PagedRetriever(), answer_style=style, t_iu=1, k=2)(question=QUESTION)
+        AdaptiveNote(paged_retriever(), answer_style=style, t_iu=1, k=2)(question=QUESTION)
     assert lm.engine.calls[-1].instructions == signature.instructions
 
 
@@ -250,32 +244,32 @@ def test_the_answer_style_picks_the_generator(style, signature):
 
 
 def test_the_official_style_asks_two_queries_with_the_question_and_trims_rp_to_t_rp():
-    retriever = PagedRetriever()
+    retriever = paged_retriever()
     prediction, lm = run(NoteScript(verdicts=[True] * 5), retriever, query_style="official", k=3, t_rp=10, t_ci=5)
     assert retriever.queries[:3] == [QUESTION, f"q1\n{QUESTION}", f"q2\n{QUESTION}"]
     assert steps(prediction, "stop")[0]["distinct_passages"] == 10  # the passages read never exceed T_RP
     notes = steps(prediction, "note")
     assert [len(n["new_ids"]) for n in notes] == [3, 6, 1]  # the second iteration's 6 new passages, cut to 1
     assert prediction.stop_reason == "t_rp"
-    paper, _ = run(NoteScript(verdicts=[True] * 5), PagedRetriever(), k=3, t_rp=10, t_ci=5)
+    paper, _ = run(NoteScript(verdicts=[True] * 5), paged_retriever(), k=3, t_rp=10, t_ci=5)
     assert steps(paper, "stop")[0]["distinct_passages"] == 12  # the paper's rule, checked before each iteration
 
 
 def test_parameters_default_to_the_paper_and_are_validated():
-    program = build_program("adaptive-note", PagedRetriever())
+    program = build_program("adaptive-note", paged_retriever())
     assert program.config == {"t_iu": 1, "t_ci": 3, "t_rp": 15, "k": 5, "query_with_question": False,
                               "query_style": "paper", "answer_style": "short"}
-    from_cli = build_program("adaptive-note", PagedRetriever(), t_iu="2", t_rp="20", query_with_question="yes")
+    from_cli = build_program("adaptive-note", paged_retriever(), t_iu="2", t_rp="20", query_with_question="yes")
     assert (from_cli.t_iu, from_cli.t_rp, from_cli.query_with_question) == (2, 20, True)
     for bad, name in [({"t_iu": 0}, "t_iu"), ({"t_ci": "many"}, "t_ci"), ({"t_rp": 0}, "t_rp"), ({"k": 0}, "k"),
                       ({"answer_style": "medium"}, "answer_style"), ({"query_with_question": "maybe"},
                                                                       "query_with_question")]:
         with pytest.raises(ConfigError, match=f"adaptive-note: parameter '{name}'"):
-            build_program("adaptive-note", PagedRetriever(), **bad)
+            build_program("adaptive-note", paged_retriever(), **bad)
 
 
 def test_every_signature_can_be_compiled():
-    program = AdaptiveNote(PagedRetriever(), t_iu=1, k=2)
+    program = AdaptiveNote(paged_retriever(), t_iu=1, k=2)
     names = {name for name, _ in program.named_predictors()}
     assert names == {"write_note", "propose_query", "update_note", "compare_notes", "generate_answer"}
     trainset = [dspy.Example(question=f"Question {i}?", answers=["Lyon"]).with_inputs("question") for i in range(2)]

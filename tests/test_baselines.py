@@ -7,17 +7,16 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
+from fakes import FOUND_FOR, TemplateRetriever
 
 import arag.programs.baselines.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
 import arag.programs.baselines.react  # noqa: F401  (registers react)
 import arag.programs.baselines.self_ask  # noqa: F401  (registers self-ask)
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
-from arag.retrievers.base import BaseRetriever
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
@@ -25,17 +24,6 @@ LONG_ANSWER = ("Shirley Temple played Corliss Archer in Kiss and Tell, in 1945. 
                "Protocol of the United States. So the answer is Chief of Protocol.")
 FOLLOW_UPS = ["Who portrayed Corliss Archer in Kiss and Tell?", "What government position did Shirley Temple hold?"]
 INTERMEDIATE = {FOLLOW_UPS[0]: "Shirley Temple", FOLLOW_UPS[1]: "Chief of Protocol"}
-
-
-class RecordingRetriever(BaseRetriever):
-    """Passages named after the query, so that every query brings passages of its own."""
-
-    def __init__(self):
-        self.queries = []
-
-    def _search(self, query, k):
-        self.queries.append(query)
-        return [Passage(f"{query}#{rank}", f"About {query}", f"Passage {rank} found for: {query}") for rank in range(k)]
 
 
 def continue_text(text, prob=0.9):
@@ -53,7 +41,7 @@ def continue_text(text, prob=0.9):
 
 
 def run(program_class, responder, **params):
-    lm, retriever = scripted_lm(responder), RecordingRetriever()
+    lm, retriever = scripted_lm(responder), TemplateRetriever(FOUND_FOR)
     with dspy.context(lm=lm):
         prediction = program_class(retriever, **params)(question=QUESTION)
     return prediction, lm.engine, retriever
@@ -117,8 +105,8 @@ def test_prev_sentence_retrieves_with_the_previous_sentence_and_accumulates_up_t
 
 def test_prev_sentence_needs_room_for_the_first_retrieval():
     with pytest.raises(ConfigError, match="'max_passages'"):
-        PreviousSentence(RecordingRetriever(), k=5, max_passages=3)
-    assert PreviousSentence(RecordingRetriever()).config["max_passages"] == 15
+        PreviousSentence(TemplateRetriever(FOUND_FOR), k=5, max_passages=3)
+    assert PreviousSentence(TemplateRetriever(FOUND_FOR)).config["max_passages"] == 15
 
 
 @pytest.mark.parametrize(
@@ -126,7 +114,7 @@ def test_prev_sentence_needs_room_for_the_first_retrieval():
 )
 def test_prev_window_parameters_are_validated(params, name):
     with pytest.raises(ConfigError, match=f"'{name}'"):
-        PreviousWindow(RecordingRetriever(), **params)
+        PreviousWindow(TemplateRetriever(FOUND_FOR), **params)
 
 
 # --- Self-Ask ---------------------------------------------------------------------------------------

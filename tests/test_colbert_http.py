@@ -15,11 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dspy
 import pytest
 import requests
+from fakes import PassageTemplate, TemplateRetriever
 
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers import BM25Retriever, ColBERTv2Retriever, SearchServer, colbert_http, open_retriever
-from arag.retrievers.base import BaseRetriever
 
 PASSAGES = [
     Passage("10", "Lighthouse", "A lighthouse guides ships with a rotating beam of light."),
@@ -170,18 +170,9 @@ def test_client_reads_colbert_ai_style_answers():
     ]
 
 
-class SlowRetriever(BaseRetriever):
-    def __init__(self, delay):
-        self.delay = delay
-
-    def _search(self, query, k):
-        time.sleep(self.delay)
-        return [Passage(query, "Echo", query, 1.0)]
-
-
 def test_requests_are_answered_concurrently():
     delay, clients = 0.5, 8
-    with SearchServer(SlowRetriever(delay), port=0) as slow:
+    with SearchServer(TemplateRetriever(PassageTemplate(id="{query}"), delay=delay), port=0) as slow:
         client = ColBERTv2Retriever(slow.url)
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=clients) as pool:

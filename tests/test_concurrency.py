@@ -7,22 +7,15 @@ import time
 
 import dspy
 import pytest
+from fakes import NUMBERED, TemplateRetriever
 
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, fan_out, lm_concurrency, set_lm_concurrency
 from arag.errors import ConfigError
-from arag.passages import Passage
 from arag.programs import build_program
-from arag.retrievers import BaseRetriever
 from arag.testing import Tokens, isolated_cache, scripted_lm
 from arag.trace import note, recording
 
 LATENCY = 0.2
-
-
-class Numbered(BaseRetriever):
-    def _search(self, query, k):
-        return [Passage(f"d{rank}", f"Doc {rank}", f"Passage {rank} on Budapest and the Danube river.", 1.0)
-                for rank in range(1, k + 1)]
 
 
 def answers(call):
@@ -71,7 +64,7 @@ def timed(name, limit, **params):
     set_lm_concurrency(limit)
     flight = InFlight(answers)
     lm = scripted_lm(flight, logprobs=True, top_logprobs=5)
-    program = build_program(name, Numbered(), **params)
+    program = build_program(name, TemplateRetriever(NUMBERED), **params)
     started = time.perf_counter()
     with dspy.context(lm=lm):
         prediction = program(question="Which river flows through Budapest?")
@@ -96,7 +89,7 @@ def test_the_limit_bounds_the_calls_in_flight_across_questions():
     set_lm_concurrency(3)
     flight = InFlight(answers)
     lm = scripted_lm(flight, logprobs=True, top_logprobs=5)
-    program = build_program("crag", Numbered(), k=5, reasoning="direct")
+    program = build_program("crag", TemplateRetriever(NUMBERED), k=5, reasoning="direct")
 
     def ask(question):
         with dspy.context(lm=lm):

@@ -9,6 +9,7 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
+from fakes import FixedRetriever
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.cli import main
@@ -17,7 +18,6 @@ from arag.passages import Passage
 from arag.programs.crag.evaluator import trigger
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
-from arag.retrievers.base import BaseRetriever
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
 
 QUESTION = "When was the Eiffel Tower completed?"
@@ -34,14 +34,6 @@ SECOND_INDEX = [
     Passage("garnier", "Palais Garnier", "The Palais Garnier is an opera house in Paris."),
 ]
 LIBERTY_STRIP = "Statue of Liberty | The Statue of Liberty has an iron frame. Gustave Eiffel designed it."
-
-
-class FixedRetriever(BaseRetriever):
-    def __init__(self, passages):
-        self.passages = passages
-
-    def _search(self, query, k):
-        return self.passages[:k]
 
 
 def judged(p_yes):

@@ -6,24 +6,18 @@ import json
 import dspy
 import pytest
 from click.testing import CliRunner
+from fakes import TemplateRetriever
 
 from arag.adapters import SchemaAdapter
 from arag.cli import main
 from arag.errors import DataError
 from arag.evaluate import evaluate
 from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
-from arag.passages import Passage
 from arag.programs.genground import GenGround
-from arag.retrievers import BaseRetriever
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import scripted_lm
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
-
-
-class RankedRetriever(BaseRetriever):
-    def _search(self, query, k):
-        return [Passage(f"{query} #{rank}", f"Doc {rank}", f"Passage {rank} on {query}.") for rank in range(1, k + 1)]
 
 
 def respond(call):
@@ -46,7 +40,7 @@ DEVSET = [
 
 def make_run(out_dir, reasoning="cot"):
     lm = scripted_lm(respond)
-    program = GenGround(RankedRetriever(), k=6, batch_size=3, reasoning=reasoning)
+    program = GenGround(TemplateRetriever(), k=6, batch_size=3, reasoning=reasoning)
     with dspy.context(lm=lm):
         evaluate(program, DEVSET, out_dir=out_dir, metrics=["em", "f1"], progress=False)
     return lm

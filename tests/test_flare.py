@@ -10,6 +10,7 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
+from fakes import FOUND_FOR, TemplateRetriever
 
 import arag.programs.flare  # noqa: F401  (registers flare and flare-instruct)
 from arag.cli import main
@@ -17,12 +18,10 @@ from arag.data import load_examples
 from arag.data.corpus import load_corpus
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import TokenLogprob, build_lm
-from arag.passages import Passage
 from arag.programs.flare import FLARE, WRITES_PAST_THE_CAP, FLAREInstruct, low_confidence_spans, split_at_search
 from arag.programs.frame.active_generation import MARKUP_TOKENS
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
-from arag.retrievers.base import BaseRetriever
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm, tokenize
 
 QUESTION = "Which university did Joe Biden attend?"
@@ -30,17 +29,6 @@ QUESTION = "Which university did Joe Biden attend?"
 BIDEN = [(" Joe", 0.95), (" Biden", 0.9), (" attended", 0.6), (" the", 0.3), (" University", 0.2), (" of", 0.4),
          (" Pennsylvania", 0.1), (".", 0.9)]
 FINAL = ("So the answer is Delaware.", 0.95)
-
-
-class RecordingRetriever(BaseRetriever):
-    """Two passages per query, named after it, so that every query brings passages of its own."""
-
-    def __init__(self):
-        self.queries = []
-
-    def _search(self, query, k):
-        self.queries.append(query)
-        return [Passage(f"{query}#{rank}", f"About {query}", f"Passage {rank} found for: {query}") for rank in range(k)]
 
 
 def joined(*values):
@@ -73,7 +61,7 @@ def plan_responder(plan, regenerated=None, questions=None):
 
 def run_flare(responder, retriever=None, **params):
     lm = scripted_lm(responder)
-    retriever = retriever or RecordingRetriever()
+    retriever = retriever or TemplateRetriever(FOUND_FOR)
     with dspy.context(lm=lm):
         prediction = FLARE(retriever, **params)(question=QUESTION)
     return prediction, lm.engine, retriever
@@ -170,7 +158,9 @@ def test_questions_mode_asks_one_question_per_unsure_term():
     assert retriever.queries == [QUESTION, "What is the University of Pennsylvania?"]
     step = sentences(prediction)[0]
     assert step["spans"] == ["the University of Pennsylvania"] and step["retrieved"]
-    assert step["passage_ids"] == ["What is the University of Pennsylvania?#0", "What is the University of Pennsylvania?#1"]
+    assert step["passage_ids"] == [
+        "What is the University of Pennsylvania?#0", "What is the University of Pennsylvania?#1"
+    ]
     assert engine.count == prediction.lm_calls == 2 + 1 + 1  # look-aheads + one question + one rewrite
 
 
@@ -262,7 +252,7 @@ def test_an_endpoint_without_logprobs_gets_a_clear_error():
 
     lm = dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobs(plan_responder([FINAL])))
     with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
-        FLARE(RecordingRetriever())(question=QUESTION)
+        FLARE(TemplateRetriever(FOUND_FOR))(question=QUESTION)
 
 
 def test_a_raw_completion_model_takes_a_plain_prompt_and_decides_the_same():
@@ -295,15 +285,15 @@ def test_a_raw_completion_model_takes_a_plain_prompt_and_decides_the_same():
 )
 def test_bad_parameters_name_themselves(params, name):
     with pytest.raises(ConfigError, match=f"'{name}'"):
-        FLARE(RecordingRetriever(), **params)
+        FLARE(TemplateRetriever(FOUND_FOR), **params)
 
 
 def test_parameters_have_the_official_defaults_and_take_cli_strings():
-    assert FLARE(RecordingRetriever()).config == {
+    assert FLARE(TemplateRetriever(FOUND_FOR)).config == {
         "theta": 0.8, "beta": 0.4, "query_mode": "masked", "query_with_question": False, "k": 2,
         "lookahead_tokens": 64, "max_tokens": 256, "prompt_style": "signature",
     }
-    program = FLARE(RecordingRetriever(), theta="0.5", query_mode="questions", k="3")
+    program = FLARE(TemplateRetriever(FOUND_FOR), theta="0.5", query_mode="questions", k="3")
     assert (program.theta, program.query_mode, program.k) == (0.5, "questions", 3)
 
 
@@ -319,7 +309,7 @@ def instruct_responder(first, then, seen):
 
 
 def run_instruct(responder, **params):
-    lm, retriever = scripted_lm(responder), RecordingRetriever()
+    lm, retriever = scripted_lm(responder), TemplateRetriever(FOUND_FOR)
     with dspy.context(lm=lm):
         prediction = FLAREInstruct(retriever, **params)(question=QUESTION)
     return prediction, lm.engine, retriever
@@ -390,8 +380,8 @@ def test_instruct_sends_logit_bias_only_when_set():
     with OpenAICompatibleServer(responder) as server:
         lm = build_lm(f"openai/loopback-{uuid.uuid4().hex}", api_base=server.url)
         with dspy.context(lm=lm):
-            FLAREInstruct(RecordingRetriever(), search_logit_bias="58:2, 1234:-1.5")(question=QUESTION)
-            FLAREInstruct(RecordingRetriever())(question="Another question?")
+            FLAREInstruct(TemplateRetriever(FOUND_FOR), search_logit_bias="58:2, 1234:-1.5")(question=QUESTION)
+            FLAREInstruct(TemplateRetriever(FOUND_FOR))(question="Another question?")
     biased, plain = (request["body"] for request in server.requests)
     assert biased["logit_bias"] == {"58": 2.0, "1234": -1.5} and "logit_bias" not in plain
     assert biased["stop"] == plain["stop"] == [")]"]
@@ -400,7 +390,7 @@ def test_instruct_sends_logit_bias_only_when_set():
 @pytest.mark.parametrize("spec", ["58", "x:2", "58:300", "58:2,:1"])
 def test_instruct_refuses_a_malformed_logit_bias(spec):
     with pytest.raises(ConfigError, match="'search_logit_bias'"):
-        FLAREInstruct(RecordingRetriever(), search_logit_bias=spec)
+        FLAREInstruct(TemplateRetriever(FOUND_FOR), search_logit_bias=spec)
 
 
 # --- on HotpotQA -----------------------------------------------------------------------------------
@@ -514,7 +504,7 @@ def test_instruct_forbids_the_search_marker_for_the_first_tokens_after_a_search(
     with OpenAICompatibleServer(responder) as server:
         lm = build_lm(f"openai/loopback-{uuid.uuid4().hex}", api_base=server.url)
         with dspy.context(lm=lm):
-            prediction = FLAREInstruct(RecordingRetriever(), forbid_after_search=6, search_token_ids="58, 510",
+            prediction = FLAREInstruct(TemplateRetriever(FOUND_FOR), forbid_after_search=6, search_token_ids="58, 510",
                                        search_logit_bias="58:2")(question=QUESTION)
     bodies = [request["body"] for request in server.requests]
     assert [b["logit_bias"] for b in bodies] == [{"58": 2.0}, {"58": -100.0, "510": -100.0}, {"58": 2.0}]
@@ -524,6 +514,6 @@ def test_instruct_forbids_the_search_marker_for_the_first_tokens_after_a_search(
 
 def test_forbidding_the_marker_needs_its_token_ids():
     with pytest.raises(ConfigError, match="'search_token_ids'"):
-        FLAREInstruct(RecordingRetriever(), forbid_after_search=4)
+        FLAREInstruct(TemplateRetriever(FOUND_FOR), forbid_after_search=4)
     with pytest.raises(ConfigError, match="'search_token_ids'"):
-        FLAREInstruct(RecordingRetriever(), forbid_after_search=4, search_token_ids="[")
+        FLAREInstruct(TemplateRetriever(FOUND_FOR), forbid_after_search=4, search_token_ids="[")

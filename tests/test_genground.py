@@ -7,27 +7,14 @@ import dspy
 import pytest
 from click.testing import CliRunner
 from dspy.utils.exceptions import AdapterParseError
+from fakes import TemplateRetriever
 
 import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
-from arag.passages import Passage
 from arag.programs.frame.registry import build_program
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
-from arag.retrievers import BaseRetriever
 from arag.testing import OpenAICompatibleServer, scripted_lm
-
-
-class RankedRetriever(BaseRetriever):
-    """k passages for any query, in rank order; the text names the rank and the query."""
-
-    def __init__(self):
-        self.queries = []
-
-    def _search(self, query, k):
-        self.queries.append(query)
-        return [Passage(f"{query} #{rank}", f"Doc {rank}", f"Passage {rank} on {query}.", float(k - rank))
-                for rank in range(1, k + 1)]
 
 
 def _with_reasoning(call, fields):
@@ -65,7 +52,7 @@ def responder(*, finish_after=None, final="Paris", evidence_rank=None, stated_re
 
 def run(program_or_params, respond, question="Which city?", **lm_kwargs):
     program = (program_or_params if isinstance(program_or_params, GenGround)
-               else GenGround(RankedRetriever(), **program_or_params))
+               else GenGround(TemplateRetriever(), **program_or_params))
     lm = scripted_lm(respond, **lm_kwargs)
     with dspy.context(lm=lm):
         prediction = program(question=question)
@@ -85,17 +72,17 @@ def grounding_calls(lm, hop):
 
 
 def test_defaults_are_the_papers():
-    program = GenGround(RankedRetriever())
+    program = GenGround(TemplateRetriever())
     assert (program.k, program.batch_size, program.max_hops, program.answer_type) == (10, 3, 7, "short")
 
 
 def test_cli_strings_are_coerced_and_bad_values_name_the_parameter():
-    program = build_program("genground", RankedRetriever(), k="6", batch_size="2", max_hops="4", answer_type="yes_no")
+    program = build_program("genground", TemplateRetriever(), k="6", batch_size="2", max_hops="4", answer_type="yes_no")
     assert (program.k, program.batch_size, program.max_hops, program.answer_type) == (6, 2, 4, "yes_no")
     for bad, name in [({"batch_size": 0}, "batch_size"), ({"k": 101}, "k"), ({"max_hops": "many"}, "max_hops"),
                       ({"answer_type": "long"}, "answer_type"), ({"hops": 3}, "hops")]:
         with pytest.raises(ConfigError, match=name):
-            GenGround(RankedRetriever(), **bad)
+            GenGround(TemplateRetriever(), **bad)
     with pytest.raises(ConfigError, match="needs a retriever"):
         GenGround()
 
@@ -214,7 +201,7 @@ def test_yes_no_final_answers_are_normalised(stated, expected, closing_calls):
 
 
 def test_yes_no_closing_answer_is_typed():
-    program = GenGround(RankedRetriever(), answer_type="yes_no", max_hops=1, k=3)
+    program = GenGround(TemplateRetriever(), answer_type="yes_no", max_hops=1, k=3)
     with pytest.raises(QuestionFailed, match="AdapterParseError in conclude") as failure:
         run(program, responder(finish_after=None, concluded="perhaps"))
     assert isinstance(failure.value.cause, AdapterParseError)
@@ -294,7 +281,7 @@ def test_a_deduction_without_a_sub_question_ends_with_its_answer_and_retrieves_n
             return _with_reasoning(call, {"finished": False, "sub_question": "  ", "answer": "Paris"})
         raise AssertionError(f"nothing but the deduction may be called: {call.output_fields}")
 
-    retriever = RankedRetriever()
+    retriever = TemplateRetriever()
     prediction, _ = run(GenGround(retriever, k=3), respond)
     assert retriever.queries == [] and prediction.answer == "Paris"
     assert steps(prediction, "stop")[0]["reason"] == "no sub-question"

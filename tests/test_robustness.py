@@ -6,6 +6,7 @@ from __future__ import annotations
 import dspy
 import pytest
 from click.testing import CliRunner
+from fakes import NUMBERED, TemplateRetriever
 
 from arag.adapters import SchemaAdapter, TextAdapter, output_schema, output_token_budget
 from arag.cli import main
@@ -13,19 +14,9 @@ from arag.data import sample_paths
 from arag.errors import QuestionFailed
 from arag.evaluate import evaluate
 from arag.lm import build_lm, complete_raw, completions_lm
-from arag.passages import Passage
 from arag.programs import build_program
-from arag.retrievers import BaseRetriever
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
-
-
-class Numbered(BaseRetriever):
-    """k passages for any query: "Doc 1" ... "Doc k"."""
-
-    def _search(self, query, k):
-        return [Passage(f"d{rank}", f"Doc {rank}", f"Passage {rank} says the answer is Budapest.", float(k - rank))
-                for rank in range(1, k + 1)]
 
 
 def examples(n):
@@ -82,7 +73,7 @@ def test_programs_get_log_probabilities_from_a_llama_cpp_server():
     with OpenAICompatibleServer(continuation, dialect="llama.cpp") as server:
         lm = build_lm("openai/small", api_base=server.url)
         with dspy.context(lm=lm):
-            prediction = build_program("prev-window", Numbered(), k=2)(question="Where?")
+            prediction = build_program("prev-window", TemplateRetriever(NUMBERED), k=2)(question="Where?")
     assert prediction.answer == "Budapest"
     assert all(r["body"].get("top_logprobs") for r in server.requests if r["body"].get("logprobs"))
 
@@ -103,7 +94,7 @@ def test_raw_completions_read_log_probabilities_in_both_shapes():
 def test_a_non_string_for_a_string_field_is_a_parse_failure_not_its_repr():
     lm = scripted_lm(lambda call: {**answer_all(call), "answer": {"title": "Big Stone Gap"}})
     with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="AdapterParseError in generate_answer") as failure:
-        build_program("single-rag", Numbered(), k=2)(question="Where?")
+        build_program("single-rag", TemplateRetriever(NUMBERED), k=2)(question="Where?")
     assert "must be a string" in str(failure.value)
 
 
@@ -125,7 +116,7 @@ def test_an_unreadable_relevance_judgement_falls_back_and_says_so():
 
     lm = scripted_lm(judge, logprobs=True, top_logprobs=5)
     with dspy.context(lm=lm):
-        prediction = build_program("crag", Numbered(), k=3)(question="Where?")
+        prediction = build_program("crag", TemplateRetriever(NUMBERED), k=3)(question="Where?")
     unreadable = [s for s in prediction.trace if s["step"] == "unreadable"]  # the passage, then its strip
     assert unreadable and all(s["signature"] == "JudgeRelevance" and s["fallback"].startswith("score 0")
                               for s in unreadable)
@@ -141,7 +132,7 @@ def test_react_ends_its_trajectory_on_an_unreadable_step_and_still_answers():
         return answer_all(call)
 
     with dspy.context(lm=scripted_lm(react)):
-        prediction = build_program("react", Numbered())(question="Where?")
+        prediction = build_program("react", TemplateRetriever(NUMBERED))(question="Where?")
     assert prediction.answer == "Budapest"
     assert [s["step"] for s in prediction.trace][-2:] == ["unreadable", "answer"]
 
@@ -158,7 +149,8 @@ def fail_every_second_question(call):
 def test_a_failed_question_keeps_its_trace_its_cost_and_the_step_that_failed(tmp_path):
     lm = scripted_lm(fail_every_second_question)
     with dspy.context(lm=lm):
-        result = evaluate(build_program("single-rag", Numbered(), k=2), examples(4), out_dir=tmp_path, progress=False)
+        program = build_program("single-rag", TemplateRetriever(NUMBERED), k=2)
+        result = evaluate(program, examples(4), out_dir=tmp_path, progress=False)
     failed = [row for row in result.rows if "error" in row]
     assert [row["id"] for row in failed] == ["q1", "q3"]
     for row in failed:
@@ -171,7 +163,7 @@ def test_a_failed_question_keeps_its_trace_its_cost_and_the_step_that_failed(tmp
 
 
 def test_a_retry_reaches_the_model_instead_of_replaying_the_cached_failure(tmp_path):
-    program = build_program("single-rag", Numbered(), k=2)
+    program = build_program("single-rag", TemplateRetriever(NUMBERED), k=2)
     lm = scripted_lm(fail_every_second_question)
     with dspy.context(lm=lm):
         evaluate(program, examples(4), out_dir=tmp_path, progress=False)
@@ -208,7 +200,8 @@ def judge_yes(call):
 
 def test_a_question_stops_at_its_cap_on_lm_calls_with_what_it_spent(tmp_path):
     lm = scripted_lm(judge_yes, logprobs=True, top_logprobs=5)
-    program = build_program("crag", Numbered(), k=5, reasoning="direct")  # 5 judgements, 5 strips, 1 answer
+    # 5 judgements, 5 strips, 1 answer
+    program = build_program("crag", TemplateRetriever(NUMBERED), k=5, reasoning="direct")
     with dspy.context(lm=lm):
         result = evaluate(program, examples(2), out_dir=tmp_path, progress=False, max_lm_calls=7)
         uncapped = evaluate(program, examples(2), out_dir=tmp_path / "uncapped", progress=False, max_lm_calls=0)
@@ -225,9 +218,12 @@ def test_a_trial_whose_questions_all_reach_the_cap_is_pruned_and_a_study_stops_a
     lm = scripted_lm(judge_yes, logprobs=True, top_logprobs=5)
     common = {"objectives": ("em",), "lm": lm, "plots": False, "seed": 0, "pruner": "none",
               "search": ["k=4:6"], "fixed": {"reasoning": "direct"}}
-    capped = tune("crag", examples(2), Numbered(), trials=2, out_dir=tmp_path / "capped", max_lm_calls=3, **common)
+    capped = tune("crag", examples(2), TemplateRetriever(NUMBERED), trials=2, out_dir=tmp_path / "capped",
+                  max_lm_calls=3, **common)
     assert [t.state.name for t in capped.study.trials] == ["PRUNED", "PRUNED"]
     with isolated_cache(enabled=False):  # every call reaches the LM and is spent
-        budgeted = tune("crag", examples(2), Numbered(), trials=10, out_dir=tmp_path / "budget", budget=30, **common)
+        budgeted = tune("crag", examples(2), TemplateRetriever(NUMBERED), trials=10, out_dir=tmp_path / "budget",
+                        budget=30, **common)
     assert len(budgeted.study.trials) < 10 and budgeted.cost["lm_calls_spent"] >= 30
-    assert budgeted.cost["lm_calls_spent"] - 30 < max(t.user_attrs["arag"]["lm_calls_spent"] for t in budgeted.study.trials)
+    most_a_trial_spent = max(t.user_attrs["arag"]["lm_calls_spent"] for t in budgeted.study.trials)
+    assert budgeted.cost["lm_calls_spent"] - 30 < most_a_trial_spent

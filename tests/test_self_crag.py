@@ -8,6 +8,7 @@ import json
 import dspy
 import pytest
 from click.testing import CliRunner
+from fakes import FixedRetriever
 
 import arag.programs.self_crag  # noqa: F401  (registers self-crag)
 from arag.cli import main
@@ -24,17 +25,6 @@ FILM = Passage("w1", "Kiss and Tell (1945 film)",
                "Kiss and Tell is a 1945 film starring Shirley Temple as Corliss Archer.")
 P_RELEVANT = {"Shirley Temple |": 0.9, "Meet Corliss Archer |": 0.2, "Kiss and Tell (1945 film) |": 0.8}
 FORMS = ("internal", "external", "combined")  # the contexts CRAG's released code gives Self-RAG, in its order
-
-
-class FixedPassages:
-    def __init__(self, *passages):
-        self.passages = list(passages)
-
-    def retrieve(self, query, k):
-        return self.passages[:k]
-
-    def retrieve_batch(self, queries, k):
-        return [self.retrieve(q, k) for q in queries]
 
 
 def relevance_tokens(p):
@@ -78,7 +68,7 @@ def written_from(lm):
 
 def run(params, web="none"):
     lm = scripted_lm(responder, logprobs=True, top_logprobs=5)
-    program = build_program("self-crag", FixedPassages(SHIRLEY, RADIO), k=2, scorer="lm", web=web, **params)
+    program = build_program("self-crag", FixedRetriever([SHIRLEY, RADIO]), k=2, scorer="lm", web=web, **params)
     with dspy.context(lm=lm):
         return program(question=QUESTION), lm
 
@@ -164,17 +154,17 @@ def test_released_contexts_leave_out_empty_knowledge():
 
 
 def test_parameters():
-    program = build_program("self-crag", FixedPassages(SHIRLEY), scorer="lm")
+    program = build_program("self-crag", FixedRetriever([SHIRLEY]), scorer="lm")
     assert program.k == 10 and program.delta == 0.2 and program.upper == 0.5 and program.lower == -0.9
     assert program.contexts == "released"
     with pytest.raises(ConfigError, match="parameter 'contexts' must be one of \\['released', 'action'\\]"):
-        build_program("self-crag", FixedPassages(SHIRLEY), contexts="all")
+        build_program("self-crag", FixedRetriever([SHIRLEY]), contexts="all")
     with pytest.raises(ConfigError, match="self-crag: parameter 'lower' .* must not exceed parameter 'upper'"):
-        build_program("self-crag", FixedPassages(SHIRLEY), upper=0.1, lower=0.2)
+        build_program("self-crag", FixedRetriever([SHIRLEY]), upper=0.1, lower=0.2)
     with pytest.raises(ConfigError, match="parameter 'scorer'"):
-        build_program("self-crag", FixedPassages(SHIRLEY), scorer="bert")
+        build_program("self-crag", FixedRetriever([SHIRLEY]), scorer="bert")
     with pytest.raises(ConfigError, match="'assume_chosen_label' applies to"):
-        build_program("self-crag", FixedPassages(SHIRLEY), critics="reflection-tokens", assume_chosen_label=True)
+        build_program("self-crag", FixedRetriever([SHIRLEY]), critics="reflection-tokens", assume_chosen_label=True)
 
 
 def test_arag_eval_runs_self_crag_over_a_loopback_server(shared_dataset, tmp_path, monkeypatch):

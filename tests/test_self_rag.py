@@ -12,6 +12,7 @@ from pathlib import Path
 import dspy
 import pytest
 from click.testing import CliRunner
+from fakes import FixedRetriever
 
 import arag.programs.self_rag.self_rag  # noqa: F401  (registers self-rag)
 from arag.cli import main
@@ -28,21 +29,6 @@ SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Pro
 RADIO = Passage("p2", "Meet Corliss Archer", "Meet Corliss Archer was a radio program from 1943 to 1956.")
 BASE_PROMPT = f"### Instruction:\n{QUESTION}\n\n### Response:\n"
 UTILITY_WEIGHTS = {"1": -1.0, "2": -0.5, "3": 0.0, "4": 0.5, "5": 1.0}
-
-
-class FixedPassages:
-    """A retriever returning the same passages, best first, for every query."""
-
-    def __init__(self, *passages):
-        self.passages = list(passages)
-        self.queries = []
-
-    def retrieve(self, query, k):
-        self.queries.append(query)
-        return self.passages[:k]
-
-    def retrieve_batch(self, queries, k):
-        return [self.retrieve(q, k) for q in queries]
 
 
 def tokens(pieces):
@@ -129,7 +115,7 @@ def expected_prompted_score(logprobs, w_rel=1.0, w_sup=1.0, w_use=0.5):
 
 def test_prompted_scores_match_the_hand_computation():
     lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
 
@@ -157,7 +143,7 @@ def test_an_unsure_but_supported_candidate_beats_a_fluent_irrelevant_one():
     unsure_shirley = {**SHIRLEY_LOGPROBS, "continuation": [math.log(0.02)] * 3}
     fluent_radio = {**RADIO_LOGPROBS, "continuation": [-0.01, -0.01]}
     answers = {"Shirley": ("Chief of Protocol", unsure_shirley), "Meet Corliss": ("Radio host", fluent_radio)}
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2)
     with dspy.context(lm=scripted_lm(prompted_responder(answers))):
         pred = program(question=QUESTION)
     assert candidate(pred, "1")["sequence_prob"] == pytest.approx(0.02, abs=1e-4)
@@ -168,7 +154,7 @@ def test_weights_change_the_choice():
     # A radio answer that is more fluent than the Shirley one wins once the critiques weigh nothing.
     fluent_radio = {**RADIO_LOGPROBS, "continuation": [-0.01, -0.01]}
     answers = {"Shirley": ("Chief of Protocol", SHIRLEY_LOGPROBS), "Meet Corliss": ("Radio host", fluent_radio)}
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, w_rel=0.0, w_sup=0.0, w_use=0.0)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, w_rel=0.0, w_sup=0.0, w_use=0.0)
     with dspy.context(lm=scripted_lm(prompted_responder(answers))):
         pred = program(question=QUESTION)
     assert pred.answer == "Radio host"
@@ -186,7 +172,7 @@ def test_weights_change_the_choice():
 )
 def test_modes_and_delta_decide_retrieval(params, retrievals, lm_calls):
     lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, **params)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, **params)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     assert pred.retrieval_calls == retrievals and lm.engine.count == lm_calls
@@ -252,7 +238,7 @@ def check_reflection_run(pred):
 
 def test_reflection_token_scores_match_the_hand_computation():
     lm = scripted_lm(reflection_responder)
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, critics="reflection-tokens")
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, critics="reflection-tokens")
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     check_reflection_run(pred)
@@ -264,7 +250,7 @@ def test_reflection_token_scores_match_the_hand_computation():
 def test_reflection_tokens_over_a_loopback_completions_server_get_the_exact_prompt():
     with OpenAICompatibleServer(reflection_responder) as server:
         lm = build_lm(f"openai/selfrag-{uuid.uuid4().hex[:8]}", api_base=server.url)
-        program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, critics="reflection-tokens")
+        program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, critics="reflection-tokens")
         with dspy.context(lm=lm):
             pred = program(question=QUESTION)
     check_reflection_run(pred)
@@ -272,14 +258,15 @@ def test_reflection_tokens_over_a_loopback_completions_server_get_the_exact_prom
     bodies = [r["body"] for r in server.requests]
     # The candidates are written at once: their requests arrive in either order.
     assert bodies[0]["prompt"] == BASE_PROMPT
-    assert sorted(b["prompt"] for b in bodies[1:]) == sorted([BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)])
+    written_from = [BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)]
+    assert sorted(b["prompt"] for b in bodies[1:]) == sorted(written_from)
     assert all(b["logprobs"] == 20 and b["skip_special_tokens"] is False for b in bodies)
     assert bodies[0]["max_tokens"] == 1 and bodies[0]["model"] == lm.model.partition("/")[2]
 
 
 def test_a_model_without_reflection_tokens_is_refused_clearly():
     lm = scripted_lm(lambda call: "Chief of Protocol")
-    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, critics="reflection-tokens")
+    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, critics="reflection-tokens")
     with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="LMError.*Self-RAG-trained model"):
         program(question=QUESTION)
 
@@ -303,7 +290,7 @@ def test_reflection_segments_decide_the_next_retrieval_from_their_own_retrieval_
 
     for delta, expected_second in ((0.2, after_first + paragraph(SHIRLEY)), (0.9, after_first + "[No Retrieval]")):
         lm = scripted_lm(respond)
-        program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, max_depth=3, critics="reflection-tokens",
+        program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=3, critics="reflection-tokens",
                                 delta=delta)
         with dspy.context(lm=lm):
             pred = program(question=QUESTION)
@@ -344,7 +331,7 @@ def beam_responder(relevance):
 def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
     passages = [Passage(f"p{i}", title, f"{title} text.") for i, title in enumerate(("Alpha", "Beta", "Gamma"), 1)]
     lm = scripted_lm(beam_responder({"Alpha": 0.9, "Beta": 0.6, "Gamma": 0.2}))
-    retriever = FixedPassages(*passages)
+    retriever = FixedRetriever(passages)
     program = build_program("self-rag", retriever, k=3, mode="always", max_depth=3, beam_width=2)
     with dspy.context(lm=lm):
         pred = program(question="Tell me about the letters.")
@@ -374,7 +361,7 @@ def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
 def test_a_single_sentence_continuation_finishes_the_answer_early():
     lm = scripted_lm(lambda call: {"continuation": "Paris."} if "continuation" in call.output_fields
                      else {"utility": Tokens([("5", 0.8, {"4": 0.2})])})
-    program = build_program("self-rag", FixedPassages(SHIRLEY), mode="never", max_depth=4)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY]), mode="never", max_depth=4)
     with dspy.context(lm=lm):
         pred = program(question="Capital of France?")
     assert pred.answer == "Paris." and lm.engine.count == 2
@@ -394,7 +381,7 @@ def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
         return prompted_responder()(call)
 
     lm = scripted_lm(respond)
-    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, max_depth=2)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=2)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     assert [d["decision"] for d in steps(pred, "retrieval_decision")] == ["retrieve", "continue"]
@@ -409,13 +396,13 @@ def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
 
 def test_hard_constraints_drop_irrelevant_candidates_and_fall_back_to_no_evidence():
     lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedPassages(SHIRLEY, RADIO), k=2, hard_constraints=True)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, hard_constraints=True)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     assert steps(pred, "dropped")[0]["ids"] == ["2"] and pred.answer == "Chief of Protocol"
 
     lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedPassages(RADIO), k=1, hard_constraints=True)
+    program = build_program("self-rag", FixedRetriever([RADIO]), k=1, hard_constraints=True)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     assert steps(pred, "dropped")[0]["ids"] == ["1"]
@@ -431,7 +418,7 @@ def test_closed_set_sums_the_scores_of_agreeing_answers():
     answers = {"Shirley": ("A", high), "Meet Corliss": ("B", low), "Kiss and": ("b", low)}
     picks = {}
     for closed_set in (False, True):
-        program = build_program("self-rag", FixedPassages(*passages), k=3, closed_set=closed_set)
+        program = build_program("self-rag", FixedRetriever(passages), k=3, closed_set=closed_set)
         with dspy.context(lm=scripted_lm(prompted_responder(answers))):
             pred = program(question=QUESTION)
         picks[closed_set] = pred.answer
@@ -460,12 +447,12 @@ def chosen_labels(call):
 
 
 def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed():
-    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1)
     with dspy.context(lm=no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})):
         with pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
             program(question=QUESTION)
     lm = no_logprobs_lm(lambda call: {call.output_fields[-1]: chosen_labels(call)})
-    program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, assume_chosen_label=True)
+    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, assume_chosen_label=True)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     step = candidate(pred, "1")
@@ -488,7 +475,7 @@ def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed
 )
 def test_bad_parameters_name_the_parameter(params, fragment):
     with pytest.raises(ConfigError, match="self-rag: ") as err:
-        build_program("self-rag", FixedPassages(SHIRLEY), **params)
+        build_program("self-rag", FixedRetriever([SHIRLEY]), **params)
     assert fragment in str(err.value)
 
 
@@ -579,7 +566,7 @@ def test_the_long_form_retrieval_rule_counts_continue_for_retrieval():
     assert retrieve_probability(probabilities, "long-form") == pytest.approx(0.5 / 0.7)
     decide = {"yes": math.log(0.2), "no": math.log(0.5), "continue": math.log(0.3)}
     for rule, retrieved in (("normalised", False), ("long-form", True)):
-        program = build_program("self-rag", FixedPassages(SHIRLEY), k=1, delta=0.5, retrieve_rule=rule)
+        program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, delta=0.5, retrieve_rule=rule)
         with dspy.context(lm=scripted_lm(prompted_responder(decide=decide))):
             pred = program(question=QUESTION)
         assert (steps(pred, "retrieval_decision")[0]["decision"] == "retrieve") == retrieved, rule

@@ -8,13 +8,13 @@ from urllib.parse import parse_qs, urlparse
 
 import dspy
 import pytest
+from fakes import FixedRetriever
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
-from arag.retrievers.base import BaseRetriever
 from arag.retrievers.web import (
     BraveSearch,
     LocalSearch,
@@ -245,14 +245,6 @@ def test_open_knowledge_search_specs(web, tmp_path):
 
 
 # --- CRAG searching the web ------------------------------------------------------------------------
-
-
-class FixedRetriever(BaseRetriever):
-    def __init__(self, passages):
-        self.passages = passages
-
-    def _search(self, query, k):
-        return self.passages[:k]
 
 
 def test_crag_searches_the_web_when_retrieval_is_incorrect(web):
