@@ -96,7 +96,8 @@ def serve_command(index: str, host: str, port: int) -> None:
 
 @main.command("eval")
 @click.option("--program", "program_name", help="Program name (see `arag programs`); optional with --compiled.")
-@click.option("--compiled", type=click.Path(), help="A program saved by `arag compile` (its prompts, demos, parameters).")
+@click.option("--compiled", type=click.Path(),
+              help="A program saved by `arag compile` (its prompts, demos, parameters).")
 @click.option("--dataset", required=True, type=click.Path(), help="Dataset file (see the README for formats).")
 @click.option("--format", "fmt", default="auto", show_default=True, help="Dataset format.")
 @retriever_options

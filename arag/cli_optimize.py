@@ -40,9 +40,9 @@ from arag.errors import ConfigError
 @click.option("--out", "out_path", required=True, type=click.Path(), help="JSON file for the compiled program.")
 def compile_command(program_name: str, trainset: str, devset: str | None, fmt: str, teleprompter: str,
                     metric: str | None, success_threshold: float, option_pairs: tuple[str, ...], corpus: str | None,
-                    retriever_spec: str | None, lm_setup: LMSetup, prompt_lm_spec: str | None, prompt_api_base: str | None,
-                    param_pairs: tuple[str, ...], params_file: str | None, limit: int | None, threads: int,
-                    seed: int, out_path: str) -> None:
+                    retriever_spec: str | None, lm_setup: LMSetup, prompt_lm_spec: str | None,
+                    prompt_api_base: str | None, param_pairs: tuple[str, ...], params_file: str | None,
+                    limit: int | None, threads: int, seed: int, out_path: str) -> None:
     """Compile a program's prompts against a dataset's metric and save it (see `arag eval --compiled`)."""
     import inspect
 
@@ -67,8 +67,8 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
         raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
                           "--prompt-lm, --success-threshold, --threads, --seed)")
     lm = lm_setup.build()
-    prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or lm_setup.api_base, api_key_env=lm_setup.api_key_env,
-                         temperature=1.0) if prompt_lm_spec else None
+    prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or lm_setup.api_base,
+                         api_key_env=lm_setup.api_key_env, temperature=1.0) if prompt_lm_spec else None
     train = load_examples(trainset, fmt=fmt, limit=limit)
     metric = metric or default_metrics(train[0])[0]
     dev = load_examples(devset, fmt=fmt, limit=limit) if devset else None
@@ -94,8 +94,8 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
 @click.option("--trials", required=True, type=click.IntRange(min=1),
               help="Finished (complete or pruned) trials the study should hold in total; a rerun continues up to it.")
 @click.option("--objective", "objectives", multiple=True,
-              help="Metric to maximise or cost per question to minimise (lm_calls, tokens, retrieval_calls, seconds, ...); "
-                   "repeat for a multi-objective study. Default: f1.")
+              help="Metric to maximise or cost per question to minimise (lm_calls, tokens, retrieval_calls, "
+                   "seconds, ...); repeat for a multi-objective study. Default: f1.")
 @click.option("--storage", help="SQLAlchemy URL of the study (default: sqlite in --out); PostgreSQL lets "
                                 "several workers share one study.")
 @click.option("--study", "study_name", help="Study name (default: program and objectives).")
@@ -157,7 +157,8 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     ranges = {name: tuple(value.split(":")) for name, value in parse_assignments(range_pairs).items()}
     parse_objectives(objectives or ("f1",))
     if 0 < cost_ceiling <= 1:
-        raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, got {cost_ceiling}")
+        raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, "
+                          f"got {cost_ceiling}")
     search_space(program_name, fixed=fixed, search=search_names or None, ranges=ranges)
     lm = lm_setup.build()
     examples = load_examples(devset, fmt=fmt, limit=limit)

@@ -98,7 +98,8 @@ def lm_options(fn):
 def retriever_options(fn):
     """--corpus and --retriever."""
     fn = click.option("--retriever", "retriever_spec", help="An index folder, bm25:DIR, or another retriever spec.")(fn)
-    fn = click.option("--corpus", type=click.Path(), help="Corpus file; its BM25 index is built on first use and reused.")(fn)
+    fn = click.option("--corpus", type=click.Path(),
+                      help="Corpus file; its BM25 index is built on first use and reused.")(fn)
     return fn
 
 

@@ -47,7 +47,8 @@ def _register_compatible_provider() -> None:
     from dspy._vendor.lm15.compat import OpenAIChatCompat
     from dspy._vendor.lm15.registry import ProviderDefinition
 
-    compat = dataclasses.replace(OpenAIChatCompat.preset("openai"), max_tokens_field="max_tokens", thinking_format="none")
+    compat = dataclasses.replace(OpenAIChatCompat.preset("openai"), max_tokens_field="max_tokens",
+                                 thinking_format="none")
     access = lm15.AccessPolicy(provider=COMPATIBLE_PROVIDER, env_keys=("OPENAI_API_KEY",), base_url="http://127.0.0.1:8000/v1")
     dspy.lm15.register_provider(ProviderDefinition.chat(access, compat=compat),
                                 supports=dspy.lm15.ModelSupport(response_schema=True))

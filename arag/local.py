@@ -231,7 +231,8 @@ class LlamaEngine:
                         settings["grammar"] = model.grammar(config.response_format)
                     output = model.llama.create_chat_completion(self._messages(request), **settings)
                     text = output["choices"][0]["message"].get("content") or ""
-                tokens = None if top is None else read_logprobs(model.llama, output["usage"]["prompt_tokens"], text, top)
+                prompt_tokens = output["usage"]["prompt_tokens"]
+                tokens = None if top is None else read_logprobs(model.llama, prompt_tokens, text, top)
         except ValueError as exc:
             if "exceed context window" in str(exc):
                 raise lm15.ContextLengthError(f"{exc} (raise the context length: --lm-arg context_length=N)") from None

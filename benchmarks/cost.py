@@ -278,7 +278,8 @@ REQUIRED: dict[str, tuple[str, Callable[[list[dict]], int]]] = {
     "react": ("thought-actions + 1 extraction", lambda trace: len(steps(trace, "act")) + 1),
     "crag": ("k judgements + strips + rewrite + 1", lambda trace: correction_calls(trace) + 1),
     "self-rag": ("decisions + candidates x (1 + critiques)", self_rag_calls),
-    "self-crag": ("Self-RAG's + CRAG's corrective calls", lambda trace: self_rag_calls(trace) + correction_calls(trace)),
+    "self-crag": ("Self-RAG's + CRAG's corrective calls",
+                  lambda trace: self_rag_calls(trace) + correction_calls(trace)),
     "adaptive-note": ("1 + 3 x iterations + retries + 1", adaptive_note_calls),
     "genground": ("deductions + grounding batches (+ closing)", genground_calls),
 }

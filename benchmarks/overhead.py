@@ -151,7 +151,7 @@ def own_time(entry: tuple) -> float:
 
 def profile_report(stats: pstats.Stats, requests: int) -> list[str]:
     total = stats.total_tt
-    excluded = {label: sum(cumulative(stats, suffix, fn) for l, suffix, fn in EXCLUDED_AREAS if l == label)
+    excluded = {label: sum(cumulative(stats, suffix, fn) for area, suffix, fn in EXCLUDED_AREAS if area == label)
                 for label, _, _ in EXCLUDED_AREAS}
     framework = total - sum(excluded.values())
     areas: dict[str, float] = {}

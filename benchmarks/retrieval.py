@@ -135,8 +135,8 @@ def query_child(dataset: Path, index_dir: Path) -> dict:
             retriever.retrieve_batch(questions[start:start + BATCH], TOP_K)
             batched.append(1000 * (time.perf_counter() - started) / BATCH)
     engine = getattr(retriever, "_engine", None)
-    return {"backend": getattr(engine, "backend", "—"), "load_s": load, "rss_before_gb": before, "rss_loaded_gb": loaded,
-            "rss_after_queries_gb": rss_gb(), "peak_gb": peak_rss_gb(),
+    return {"backend": getattr(engine, "backend", "—"), "load_s": load, "rss_before_gb": before,
+            "rss_loaded_gb": loaded, "rss_after_queries_gb": rss_gb(), "peak_gb": peak_rss_gb(),
             "single_p50": statistics.median(single), "single_p95": percentile(single, 0.95),
             "batched_p50": statistics.median(batched), "batched_p95": percentile(batched, 0.95),
             "single_qps": 1000 * len(single) / sum(single), "batched_qps": 1000 * len(batched) / sum(batched)}
@@ -154,7 +154,8 @@ def in_child(step: str, dataset: Path, index_dir: Path, size: int, kind: str, op
 def scale_table(rows: list[tuple[str, int, dict, dict]]) -> str:
     lines = [
         "| retriever | passages | build | build rate | build peak RAM | index on disk | backend | load | "
-        "RSS loaded / after queries | single p50 / p95 | batched (32) p50 / p95 per query | queries/s single / batched |",
+        "RSS loaded / after queries | single p50 / p95 | batched (32) p50 / p95 per query | "
+        "queries/s single / batched |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind, size, built, queried in rows:

@@ -6,8 +6,9 @@
 Each program runs through the evaluation harness (`arag.evaluate.evaluate`, the code behind
 `arag eval --threads T`) over HotpotQA questions with BM25 on its corpus, against the stand-in
 scripted LM of benchmarks/cost.py whose every call sleeps `--latency` seconds (a remote LM's
-wait, no CPU), with DSPy's cache on in a fresh folder as in a real first run (`--cache off` to compare). At T threads it answers `rounds` x T questions (4 at 1 thread), so that every
-worker has several questions and the tail is short. An LM-bound program ideally runs T times
+wait, no CPU), with DSPy's cache on in a fresh folder as in a real first run (`--cache off` to
+compare). At T threads it answers `rounds` x T questions (4 at 1 thread), so that every worker has
+several questions and the tail is short. An LM-bound program ideally runs T times
 faster at T threads; the target is a speed-up of at least 0.8 x T at 16 and 32 threads.
 
 Columns: questions/s; speed-up = (questions/s at T) / (questions/s at 1 thread); the same ratio
@@ -74,7 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=4, help="questions per thread at each thread count")
     parser.add_argument("--cache", choices=("on", "off"), default="on",
                         help="DSPy's memory and disk cache (on, in a fresh folder, as in real runs; every call misses)")
-    parser.add_argument("--quick", action="store_true", help="single-rag and flare, 1 and 4 threads, 20 ms: a smoke run")
+    parser.add_argument("--quick", action="store_true",
+                        help="single-rag and flare, 1 and 4 threads, 20 ms: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
         args.programs, args.threads, args.latency, args.rounds = "single-rag,flare", "1,4", 0.02, 2

@@ -37,7 +37,8 @@ def _unique_passages(path: Path, rows: Iterator[tuple[int, Passage]]) -> Iterato
     for line_no, passage in rows:
         if passage.id in first_line_of:
             raise DataError(
-                f"{path}, line {line_no}: duplicate passage id {passage.id!r} (first at line {first_line_of[passage.id]})"
+                f"{path}, line {line_no}: duplicate passage id {passage.id!r} "
+                f"(first at line {first_line_of[passage.id]})"
             )
         first_line_of[passage.id] = line_no
         yield passage

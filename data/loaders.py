@@ -283,7 +283,8 @@ def _parse_jsonl(record: dict, where: str, path: Path) -> dict:
     for i, entry in enumerate(_list_field(record, "passages", where)):
         if not isinstance(entry, dict):
             raise DataError(f"{where}: passages[{i}] must be an object")
-        passages.append(_passage(where, entry.get("id"), entry.get("title"), entry.get("text"), entry.get("is_supporting")))
+        passages.append(_passage(where, entry.get("id"), entry.get("title"), entry.get("text"),
+                                 entry.get("is_supporting")))
     fields["passages"] = passages or None
     if "supporting_titles" in record:
         fields["supporting_titles"] = list(_list_field(record, "supporting_titles", where))
@@ -316,7 +317,8 @@ def _jsonl_dataset(record: dict, meta: dict, path: Path) -> str:
 
 
 def _wiki_multihop(record: dict, where: str, dataset: str) -> dict:
-    """HotpotQA and 2WikiMultihopQA share one shape: context = [[title, [sentences]]], supporting_facts = [[title, i]]."""
+    """HotpotQA and 2WikiMultihopQA share one shape: context = [[title, [sentences]]],
+    supporting_facts = [[title, i]]."""
     supporting = _list_field(record, "supporting_facts", where)
     supporting_titles = _unique(fact[0] for fact in supporting if isinstance(fact, list) and fact)
     passages = []
@@ -355,7 +357,8 @@ def _parse_musique(record: dict, where: str, path: Path) -> dict:
             raise DataError(f"{where}: paragraphs[{i}] must be an object")
         idx = paragraph.get("idx", i)
         passage = _passage(
-            where, f"{prefix}-{idx}", paragraph.get("title"), paragraph.get("paragraph_text"), paragraph.get("is_supporting")
+            where, f"{prefix}-{idx}", paragraph.get("title"), paragraph.get("paragraph_text"),
+            paragraph.get("is_supporting"),
         )
         passages.append(passage)
         if passage["is_supporting"]:
@@ -410,7 +413,8 @@ def _parse_popqa(record: dict, where: str, path: Path) -> dict:
     for key in ("s_pop", "o_pop"):
         if (record.get(key) or "").strip().isdigit():
             meta[key] = int(record[key])
-    return {"id": record.get("id"), "question": record.get("question"), "answers": answers, "dataset": "popqa", "meta": meta}
+    return {"id": record.get("id"), "question": record.get("question"), "answers": answers, "dataset": "popqa",
+            "meta": meta}
 
 
 def _parse_popqa_selfrag(record: dict, where: str, path: Path) -> dict:
@@ -489,7 +493,8 @@ def _parse_asqa(record: dict, where: str, path: Path) -> dict:
         qa_pairs.append({"question": pair.get("question", ""), "short_answers": _answer_list(short_answers, where)})
     qid = record.get("sample_id", record.get("id"))
     meta = {}
-    long_answers = [a["long_answer"] for a in _list_field(record, "annotations", where) if isinstance(a, dict) and a.get("long_answer")]
+    long_answers = [a["long_answer"] for a in _list_field(record, "annotations", where)
+                    if isinstance(a, dict) and a.get("long_answer")]
     if long_answers or record.get("answer"):
         meta["long_answers"] = long_answers or [record["answer"]]
     if "wikipages" in record:

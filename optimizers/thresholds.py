@@ -121,7 +121,8 @@ def fit_thresholds(scores: Sequence[float], relevant: Sequence[bool], alpha: flo
     if questions is None:
         questions = range(len(scores_array))
     elif len(questions) != len(scores_array):
-        raise ConfigError(f"questions must name the question of each of the {len(scores_array)} pairs, got {len(questions)}")
+        raise ConfigError(f"questions must name the question of each of the {len(scores_array)} pairs, "
+                          f"got {len(questions)}")
     by_question: dict[Any, list[float]] = {}
     for question, score in zip(questions, scores_array):
         by_question.setdefault(question, []).append(float(score))

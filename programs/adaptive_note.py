@@ -18,9 +18,10 @@ before, and RP counts distinct passages.
 `query_style=paper` (default) follows the paper: one query per iteration, P_t = ret(q_t, k), and RP may
 end above T_RP by up to k-1 (the rule is checked before each iteration). `query_style=official` follows
 the official code (thunlp/Adaptive-Note, src/main.py): two queries per iteration, each retrieved with
-"query\nquestion", and the last retrieval trimmed so that RP never exceeds T_RP. When the LM returns log-probabilities (an LM built with
-`logprobs=True, top_logprobs=k`), the trace records the reviewer's probability that the new note
-is better (`p_better`, normalised over True/False); without them the verdict is recorded alone.
+"query\nquestion", and the last retrieval trimmed so that RP never exceeds T_RP. When the LM returns
+log-probabilities (an LM built with `logprobs=True, top_logprobs=k`), the trace records the reviewer's
+probability that the new note is better (`p_better`, normalised over True/False); without them the verdict
+is recorded alone.
 """
 
 from __future__ import annotations

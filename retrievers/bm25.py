@@ -141,7 +141,8 @@ class BM25Retriever(BaseRetriever):
         manifest, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version,
                                                  {"stemmer", "stopwords"})
         try:
-            engine = bm25s.BM25.load(index_dir, mmap=mmap, backend=engine_backend(manifest.get("n_passages", 0)), show_progress=False)
+            backend = engine_backend(manifest.get("n_passages", 0))
+            engine = bm25s.BM25.load(index_dir, mmap=mmap, backend=backend, show_progress=False)
             records = read_records(index_dir / PASSAGES_FILE)
         except (OSError, ValueError, TypeError) as exc:
             raise RetrieverError(f"{index_dir}: damaged BM25 index ({exc})") from None

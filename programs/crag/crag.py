@@ -3,8 +3,9 @@
 1. Retrieve k documents for x; the retrieval evaluator (`scorer`) scores each (x, d) in [-1, 1].
 2. Action trigger: Correct when some score is >= `upper`, Incorrect when every score is < `lower`,
    Ambiguous otherwise (`evaluator.py`: the scorers and `trigger`).
-3. (`correction.py`) Correct: knowledge refinement (`refinement.py`) of the retrieved documents (decompose into strips, score each,
-   keep the top `strips_top_k` scoring above `strip_threshold`, in reading order).
+3. (`correction.py`) Correct: knowledge refinement (`refinement.py`) of the retrieved documents
+   (decompose into strips, score each, keep the top `strips_top_k` scoring above `strip_threshold`,
+   in reading order).
    Incorrect: knowledge searching: rewrite x into at most three keywords, search `web` for the
    top `web_k` documents, refine them the same way (strips scored against x).
    Ambiguous: both, the retrieved documents' strips first.

@@ -137,7 +137,8 @@ class ActiveGeneration(RAGProgram):
     def generate(self, answer: LongAnswer, max_tokens: int) -> tuple[str, list[TokenLogprob]]:
         """A continuation of the answer (at most `max_tokens` tokens) and its tokens."""
         if self.prompt_style == "raw":
-            return complete_raw(raw_prompt_lm(require_lm()), raw_prompt(answer), max_tokens=max_tokens, stop=[PARAGRAPH_END])
+            return complete_raw(raw_prompt_lm(require_lm()), raw_prompt(answer), max_tokens=max_tokens,
+                                stop=[PARAGRAPH_END])
         prediction = self.continue_answer(
             passages=format_passages(answer.passages),
             question=answer.question,

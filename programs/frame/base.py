@@ -61,8 +61,8 @@ class RAGProgram(dspy.Module):
         A question makes at most `default_max_lm_calls()` LM calls, or the number set with
         `dspy.context(arag_max_lm_calls=N)` (0: no cap; `--max-lm-calls` on the command line).
         A failure that is the question's, not the configuration's (an unreadable output, a failed or timed-out
-        LM call, a missing log-probability, the cap on LM calls reached) is raised as QuestionFailed with the step that was running and
-        the trace and counts of the work done until then."""
+        LM call, a missing log-probability, the cap on LM calls reached) is raised as QuestionFailed with the step
+        that was running and the trace and counts of the work done until then."""
         adapter = dspy.settings.adapter or default_adapter(dspy.settings.lm)
         cap = dspy.settings.get(MAX_LM_CALLS_SETTING)
         failure = None

@@ -151,8 +151,8 @@ class PromptedCritics(dspy.Module):
             return self.probabilities(rated, "utility", self.UTILITY_LABELS)
 
         supported, useful = fan_out(lambda step: step(), [support, utility])
-        critiques = {group: probabilities for group, probabilities in
-                     (("relevance", relevant), ("support", supported), ("utility", useful)) if probabilities is not None}
+        judged_groups = (("relevance", relevant), ("support", supported), ("utility", useful))
+        critiques = {group: probabilities for group, probabilities in judged_groups if probabilities is not None}
         return Segment(text=text, transcript=text, sequence_score=self.sequence_score(prediction, text),
                        critiques=critiques, passage=passage, finished=text == continuation)
 
@@ -214,7 +214,8 @@ class ReflectionTokenCritics(dspy.Module):
         else:
             lead = f"[Retrieval]<paragraph>{passage_block(passage)}</paragraph>"
         prompt = instruction_prompt(question) + "".join(s.transcript for s in written) + lead
-        _, tokens = complete_raw(raw_prompt_lm(require_lm(), keep_special_tokens=True), prompt, top_logprobs=REFLECTION_TOP_LOGPROBS)
+        _, tokens = complete_raw(raw_prompt_lm(require_lm(), keep_special_tokens=True), prompt,
+                                 top_logprobs=REFLECTION_TOP_LOGPROBS)
         return read_segment(tokens, lead, passage, judge_relevance=passage is not None and not continued)
 
 

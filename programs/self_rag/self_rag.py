@@ -87,8 +87,8 @@ ASSUME_CHOSEN_LABEL = Param("assume_chosen_label", False, "prompted critics on a
 CLOSED_SET = Param("closed_set", False, "closed-set tasks (choices, true/false): return the answer whose finished "
                    "paths score highest in total", tunable=False)
 
-SELF_RAG_PARAMS = (MODE, DELTA, RETRIEVE_RULE, W_REL, W_SUP, W_USE, passages_per_retrieval(5), BEAM_WIDTH, MAX_DEPTH, CRITICS, HARD_CONSTRAINTS,
-                   ASSUME_CHOSEN_LABEL, CLOSED_SET)
+SELF_RAG_PARAMS = (MODE, DELTA, RETRIEVE_RULE, W_REL, W_SUP, W_USE, passages_per_retrieval(5), BEAM_WIDTH, MAX_DEPTH,
+                   CRITICS, HARD_CONSTRAINTS, ASSUME_CHOSEN_LABEL, CLOSED_SET)
 
 UTILITY_WEIGHTS = dict(zip(UTILITY_GRADES, (-1.0, -0.5, 0.0, 0.5, 1.0)))  # utility 1 to 5
 
