@@ -204,6 +204,16 @@ def test_worker_threads_share_one_study_and_stop_at_its_total(retriever, tmp_pat
     assert result.cost["lm_calls_spent"] == lm.engine.count
 
 
+def test_a_failed_attempt_asked_again_in_a_later_chunk_is_spent_though_its_row_is_replaced(retriever, tmp_path):
+    lm = scripted_lm(answers_when_the_evidence_fits, faults=Faults(unparseable=0.3, seed=1))
+    result = tune("single-rag", EXAMPLES[:8], retriever, trials=2, out_dir=tmp_path, objectives=("em",), chunk_size=2,
+                  seed=3, lm=lm, plots=False, pruner="none", **SEARCH)
+    facts = [t.user_attrs["arag"] for t in result.study.trials]
+    from_rows = sum(f["lm_calls"] - f["cache_hits"] for f in facts)
+    assert from_rows < lm.engine.count, "the rows keep each question's last attempt only"
+    assert result.cost["lm_calls_spent"] == lm.engine.count
+
+
 def test_trials_of_a_compiled_program_keep_its_prompts(retriever, tmp_path):
     with dspy.context(lm=scripted_lm(answers_when_the_evidence_fits)):
         compiled = compile(build_program("single-rag", retriever, reasoning="direct"), EXAMPLES[:4],
