@@ -36,6 +36,17 @@ HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpot
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
 
+def hotpotqa_on_the_local_model(dataset: Path, limit: int) -> tuple[list[dspy.Example], arag.retrievers.Retriever,
+                                                                    dspy.LM]:
+    """The first `limit` questions of a HotpotQA folder, BM25 over its corpus, and the local model asked for
+    log-probabilities; exits naming the folder when it holds no dataset."""
+    if not (dataset / "public.jsonl").exists():
+        raise SystemExit(f"no dataset at {dataset}")
+    examples = arag.load_examples(str(dataset / "public.jsonl"), limit=limit)
+    retriever = arag.open_retriever(corpus=str(dataset / "corpus.jsonl"))
+    return examples, retriever, arag.build_lm("local", logprobs=True, top_logprobs=5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=50, help="HotpotQA questions per program")
@@ -43,13 +54,8 @@ def main() -> int:
     parser.add_argument("--dataset", type=Path, default=HOTPOTQA, help="folder with public.jsonl and corpus.jsonl")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "arag-bench-local")
     args = parser.parse_args()
-    if not (args.dataset / "public.jsonl").exists():
-        print(f"no dataset at {args.dataset}", file=sys.stderr)
-        return 2
     names = [name.strip() for name in args.programs.split(",") if name.strip()]
-    examples = arag.load_examples(str(args.dataset / "public.jsonl"), limit=args.n)
-    retriever = arag.open_retriever(corpus=str(args.dataset / "corpus.jsonl"))
-    lm = arag.build_lm("local", logprobs=True, top_logprobs=5)
+    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n)
 
     header = (f"{'program':<15}{'n':>4}{'failed':>7}  {'why':<34}{'EM':>6}{'F1':>6}{'LM calls':>9}"
               f"{'tok in':>8}{'tok out':>8}{'s/q':>7}")

@@ -18,7 +18,6 @@ papers' numbers. Rerun with the same --out to continue an interrupted run.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import tempfile
@@ -30,14 +29,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 import optuna  # noqa: E402
+from local_model import HOTPOTQA, hotpotqa_on_the_local_model  # noqa: E402
 
 import arag  # noqa: E402
 from arag.optimizers.tune import tune  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
-
-HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
-
-logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
 
 def main() -> int:
@@ -49,13 +45,8 @@ def main() -> int:
     parser.add_argument("--dataset", type=Path, default=HOTPOTQA, help="folder with public.jsonl and corpus.jsonl")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "arag-bench-tuning-local")
     args = parser.parse_args()
-    if not (args.dataset / "public.jsonl").exists():
-        print(f"no dataset at {args.dataset}", file=sys.stderr)
-        return 2
-    examples = arag.load_examples(str(args.dataset / "public.jsonl"), limit=args.n_tune + args.n_eval)
+    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval)
     tuning, held_out = examples[:args.n_tune], examples[args.n_tune:]
-    retriever = arag.open_retriever(corpus=str(args.dataset / "corpus.jsonl"))
-    lm = arag.build_lm("local", logprobs=True, top_logprobs=5)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
     print(f"{len(tuning)} tuning and {len(held_out)} held-out HotpotQA questions, {args.trials} trials, "

@@ -16,8 +16,7 @@ from arag.retrievers.manifest import (
     read_index_manifest,
     read_records,
     staged_directory,
-    write_manifest,
-    write_records,
+    write_index_files,
 )
 
 SCORE_ARRAYS = ("data", "indices", "indptr")
@@ -122,16 +121,8 @@ class BM25Retriever(BaseRetriever):
             engine = bm25s.BM25(k1=k1, b=b, method="lucene", backend="numpy")
             engine.index(tokens, show_progress=False)
             engine.save(staging, show_progress=False)
-            write_records(staging / PASSAGES_FILE, records)
-            write_manifest(
-                staging,
-                kind=cls.kind,
-                format_version=cls.format_version,
-                n_passages=len(records),
-                corpus_sha256=corpus_sha256,
-                settings=settings,
-                bm25s_version=bm25s.__version__,
-            )
+            write_index_files(staging, cls.kind, cls.format_version, records, corpus_sha256=corpus_sha256,
+                              settings=settings, bm25s_version=bm25s.__version__)
         return out_dir
 
     @classmethod

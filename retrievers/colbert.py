@@ -36,8 +36,7 @@ from arag.retrievers.manifest import (
     read_index_manifest,
     read_records,
     staged_directory,
-    write_manifest,
-    write_records,
+    write_index_files,
 )
 
 logger = logging.getLogger("arag")
@@ -124,16 +123,9 @@ class ColBERTRetriever(BaseRetriever):
                 raise RetrieverError(
                     f"colbert-ai could not index {len(records):,} passages into {out_dir}: {exc}"
                 ) from exc
-            write_records(staging / PASSAGES_FILE, records)
-            write_manifest(
-                staging,
-                kind=cls.kind,
-                format_version=cls.format_version,
-                n_passages=len(records),
-                corpus_sha256=corpus_sha256,
-                settings={"checkpoint": str(checkpoint), "nbits": nbits, "doc_maxlen": indexer.config.doc_maxlen},
-                colbert_ai_version=colbert.version,
-            )
+            settings = {"checkpoint": str(checkpoint), "nbits": nbits, "doc_maxlen": indexer.config.doc_maxlen}
+            write_index_files(staging, cls.kind, cls.format_version, records, corpus_sha256=corpus_sha256,
+                              settings=settings, colbert_ai_version=colbert.version)
         return out_dir
 
     @classmethod

@@ -22,8 +22,7 @@ from arag.retrievers.manifest import (
     read_index_manifest,
     read_records,
     staged_directory,
-    write_manifest,
-    write_records,
+    write_index_files,
 )
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -138,15 +137,8 @@ class DenseRetriever(BaseRetriever):
             np.save(staging / EMBEDDINGS_FILE, embeddings)
             if use_graph:
                 faiss.write_index(_hnsw_graph(faiss, embeddings), str(staging / HNSW_FILE))
-            write_records(staging / PASSAGES_FILE, records)
-            write_manifest(
-                staging,
-                kind=cls.kind,
-                format_version=cls.format_version,
-                n_passages=len(records),
-                corpus_sha256=corpus_sha256,
-                settings=settings,
-            )
+            write_index_files(staging, cls.kind, cls.format_version, records, corpus_sha256=corpus_sha256,
+                              settings=settings)
         return out_dir
 
     @classmethod

@@ -28,6 +28,14 @@ def write_manifest(index_dir: Path, **fields) -> dict:
     return manifest
 
 
+def write_index_files(staging: Path, kind: str, format_version: int, records: list[tuple[str, str, str]], *,
+                      corpus_sha256: str | None, settings: dict, **versions: str) -> dict:
+    """What every index folder holds beside its engine's own files: the passages and the manifest."""
+    write_records(staging / PASSAGES_FILE, records)
+    return write_manifest(staging, kind=kind, format_version=format_version, n_passages=len(records),
+                          corpus_sha256=corpus_sha256, settings=settings, **versions)
+
+
 def read_index_manifest(index_dir: Path, kind: str, label: str, format_version: int,
                         settings_keys: set[str]) -> tuple[dict, dict]:
     """The manifest and settings of an index folder that must be of `kind` and `format_version` and whose

@@ -10,6 +10,7 @@ from arag.errors import ConfigError, DataError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers import BM25Retriever, build_index
 from arag.retrievers import bm25 as bm25_module
+from arag.retrievers import manifest as manifest_module
 from arag.retrievers.manifest import MANIFEST_NAME
 
 PASSAGES = [
@@ -160,7 +161,7 @@ def test_build_killed_midway_leaves_no_loadable_index(tmp_path, monkeypatch):
     (tmp_path / ".index.building-999-deadbeef").mkdir()  # what a SIGKILLed build leaves behind
     (tmp_path / ".index.building-999-deadbeef" / MANIFEST_NAME).write_text('{"kind": "bm25"}')
     with monkeypatch.context() as patch:
-        patch.setattr(bm25_module, "write_records", write_half_then_die)
+        patch.setattr(manifest_module, "write_records", write_half_then_die)
         with pytest.raises(KeyboardInterrupt):
             BM25Retriever.build(PASSAGES, out_dir)
     assert not out_dir.exists()
