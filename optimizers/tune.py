@@ -212,8 +212,7 @@ def tune(
         [g.direction for g in goals], study_pruner(pruner, len(goals), chunk_ends), seed, trials, setup,
         heartbeat_s=HEARTBEAT_S, grace_period_s=GRACE_PERIOD_S,
     )
-    if cost_ceiling is not None:
-        _enqueue_defaults(study, space, defaults)
+    defaults_waiting = cost_ceiling is not None and _enqueue_defaults(study, space, defaults)
     objective = _TrialObjective(
         build=build, space=space, goals=goals, devset=list(devset), budget=trials, threads=threads,
         ends=chunk_ends if len(goals) == 1 or cost_ceiling else [len(devset)],
@@ -236,7 +235,11 @@ def tune(
             if budget and cost_report(study)["lm_calls_spent"] >= budget:
                 logger.warning("study %s has spent its budget of %d LM calls", study.study_name, budget)
             else:
-                study.optimize(objective, n_jobs=n_jobs, catch=(_OverBudget,), callbacks=stops)
+                if defaults_waiting and n_jobs > 1:
+                    # Worker threads would race for the queued trial (SQLite has no row locks): it runs alone first.
+                    study.optimize(objective, n_trials=1, catch=(_OverBudget,), callbacks=stops)
+                if len(study.get_trials(deepcopy=False, states=_TAKEN)) < trials:
+                    study.optimize(objective, n_jobs=n_jobs, catch=(_OverBudget,), callbacks=stops)
         finished = len(study.get_trials(deepcopy=False, states=FINISHED))
         if finished < trials:
             running = len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
@@ -338,21 +341,24 @@ class _TrialObjective:
             raise optuna.TrialPruned(reason)
 
 
-def _enqueue_defaults(study: optuna.Study, space: Sequence[Param], defaults: Mapping[str, Any]) -> None:
+def _enqueue_defaults(study: optuna.Study, space: Sequence[Param], defaults: Mapping[str, Any]) -> bool:
     """Queue the default configuration as the study's next trial, unless it has one (run, running or queued) or
-    a default lies outside the searched ranges. A defaults trial killed mid-run is queued again."""
+    a default lies outside the searched ranges. A defaults trial killed mid-run is queued again. Whether a
+    defaults trial is now waiting to run."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
-    states = (*_TAKEN, TrialState.WAITING)
-    if any(t.user_attrs.get(_ROLE) == "defaults" for t in study.get_trials(deepcopy=False, states=states)):
-        return
+    kept = (*_TAKEN, TrialState.WAITING)
+    states = {t.state for t in study.get_trials(deepcopy=False, states=kept) if t.user_attrs.get(_ROLE) == "defaults"}
+    if states:
+        return TrialState.WAITING in states
     params = {p.name: defaults[p.name] for p in space}
     outside = [p.name for p in space if not p.admits(params[p.name])]
     if outside:
         logger.info("no cost ceiling: the default %s lies outside the searched range", ", ".join(outside))
-        return
+        return False
     study.enqueue_trial(params, user_attrs={_ROLE: "defaults"})
+    return True
 
 
 def _defaults_calls_per_question(study: optuna.Study) -> float | None:
