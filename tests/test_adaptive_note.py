@@ -7,7 +7,6 @@ import math
 import dspy
 import pytest
 from click.testing import CliRunner
-from fakes import PassageTemplate, TemplateRetriever
 
 import arag.programs.adaptive_note  # noqa: F401  (registers adaptive-note)
 from arag.cli import main
@@ -17,6 +16,8 @@ from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
 from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
+
+from fakes import PassageTemplate, TemplateRetriever
 
 QUESTION = "Which city hosts the headquarters of the company that makes the Zephyr kettle?"
 

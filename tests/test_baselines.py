@@ -7,7 +7,6 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
-from fakes import FOUND_FOR, TemplateRetriever
 
 import arag.programs.baselines.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
 import arag.programs.baselines.react  # noqa: F401  (registers react)
@@ -18,6 +17,8 @@ from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
+
+from fakes import FOUND_FOR, TemplateRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
 LONG_ANSWER = ("Shirley Temple played Corliss Archer in Kiss and Tell, in 1945. She later served as Chief of "

@@ -9,7 +9,6 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
-from fakes import FixedRetriever
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.cli import main
@@ -19,6 +18,8 @@ from arag.programs.crag.evaluator import trigger
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
+
+from fakes import FixedRetriever
 
 QUESTION = "When was the Eiffel Tower completed?"
 PASSAGES = [

@@ -6,7 +6,6 @@ import json
 import dspy
 import pytest
 from click.testing import CliRunner
-from fakes import TemplateRetriever
 
 from arag.adapters import SchemaAdapter
 from arag.cli import main
@@ -16,6 +15,8 @@ from arag.optimizers.distillation import call_flaws, export_grounding, grounding
 from arag.programs.genground import GenGround
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import scripted_lm
+
+from fakes import TemplateRetriever
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
 

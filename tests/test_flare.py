@@ -10,7 +10,6 @@ import dspy
 import pytest
 import ujson
 from click.testing import CliRunner
-from fakes import FOUND_FOR, TemplateRetriever
 
 import arag.programs.flare  # noqa: F401  (registers flare and flare-instruct)
 from arag.cli import main
@@ -23,6 +22,8 @@ from arag.programs.frame.active_generation import MARKUP_TOKENS
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm, tokenize
+
+from fakes import FOUND_FOR, TemplateRetriever
 
 QUESTION = "Which university did Joe Biden attend?"
 # The look-ahead of the masking tests: its probabilities are chosen token by token.

@@ -7,7 +7,6 @@ import dspy
 import pytest
 from click.testing import CliRunner
 from dspy.utils.exceptions import AdapterParseError
-from fakes import TemplateRetriever
 
 import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
@@ -15,6 +14,8 @@ from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
 from arag.testing import OpenAICompatibleServer, scripted_lm
+
+from fakes import TemplateRetriever
 
 
 def _with_reasoning(call, fields):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dspy
 import pytest
 from click.testing import CliRunner
-from fakes import NUMBERED, TemplateRetriever
 
 from arag.adapters import SchemaAdapter, TextAdapter, output_schema, output_token_budget
 from arag.cli import main
@@ -17,6 +16,8 @@ from arag.lm import build_lm, complete_raw, completions_lm
 from arag.programs import build_program
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
+
+from fakes import NUMBERED, TemplateRetriever
 
 
 def examples(n):

@@ -8,7 +8,6 @@ import json
 import dspy
 import pytest
 from click.testing import CliRunner
-from fakes import FixedRetriever
 
 import arag.programs.self_crag  # noqa: F401  (registers self-crag)
 from arag.cli import main
@@ -17,6 +16,8 @@ from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import Scripted, Tokens, scripted_lm
+
+from fakes import FixedRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")

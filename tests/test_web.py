@@ -8,7 +8,6 @@ from urllib.parse import parse_qs, urlparse
 
 import dspy
 import pytest
-from fakes import FixedRetriever
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, RetrieverError
@@ -26,6 +25,8 @@ from arag.retrievers.web import (
     page_paragraphs,
 )
 from arag.testing import Tokens, scripted_lm
+
+from fakes import FixedRetriever
 
 ARTICLE = """<!doctype html><html><head><title>Ada Lovelace - Encyclopedia</title>
 <script>var tracking = "<p>this script paragraph must never be read as text</p>";</script>
