@@ -8,6 +8,7 @@
     result = arag.evaluate(program, arag.load_examples("dev.jsonl"), out_dir="runs/dev", threads=8)
     compiled = arag.compile(program, arag.load_examples("train.jsonl"), teleprompter="bootstrap")
     arag.save(compiled, "single-rag.json"); program = arag.load("single-rag.json", retriever)
+    arag.report(["runs/dev", "runs/other"], "report.html")         # one HTML page comparing runs (`report` extra)
 """
 
 from arag.data import load_corpus, load_examples
@@ -17,6 +18,7 @@ from arag.lm import build_lm, field_logprobs, label_probabilities
 from arag.optimizers import compile, load_program, save_program, tune
 from arag.passages import Passage
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
+from arag.report import report
 from arag.retrievers import open_retriever
 
 save = save_program
@@ -43,6 +45,7 @@ __all__ = [
     "load_examples",
     "load_program",
     "open_retriever",
+    "report",
     "save",
     "save_program",
     "tune",

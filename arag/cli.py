@@ -210,6 +210,21 @@ def export_grounding_command(run: str, out_path: str, only_correct: bool, metric
     click.echo(f"wrote {count} grounding examples to {out_path}")
 
 
+@main.command("report")
+@click.argument("runs", nargs=-1, type=click.Path())
+@click.option("--out", "out_path", required=True, type=click.Path(), help="HTML file to write.")
+def report_command(runs: tuple[str, ...], out_path: str) -> None:
+    """Write one self-contained HTML page comparing RUNS (folders written by `arag eval --out`): their metrics and
+    costs, quality against cost with the Pareto front, and every question's answers and traces side by side."""
+    from arag.report import report
+
+    written = report(runs, out_path)
+    click.echo(f"wrote {written.path}: {written.runs} run(s), {written.questions} question(s)")
+    if written.runs > 1 and written.in_every_run < written.questions:
+        held = ", ".join(f"{name} {count}" for name, count in written.questions_per_run.items())
+        click.echo(f"the runs hold different questions: {written.in_every_run} are in every run ({held})", err=True)
+
+
 main.add_command(compile_command)
 main.add_command(tune_command)
 
