@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -179,7 +180,7 @@ def row_problem(row: Any) -> str | None:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def comparison(runs: Sequence[Run]) -> list[dict[str, Any]]:

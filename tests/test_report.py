@@ -179,6 +179,8 @@ def test_bad_input_gets_one_error_line_naming_the_problem(tmp_path):
                                                      "metrics, trace"),
     ('{"id": "x", "question": "Q?", "answers": [], "metrics": {"em": "yes"}, "trace": []}',
      "metrics should map metric names to numbers"),
+    ('{"id": "x", "question": "Q?", "answers": [], "metrics": {"em": NaN}, "trace": []}',
+     "metrics should map metric names to numbers"),
     ('{"id": "x", "question": "Q?", "answers": [], "metrics": {}, "trace": [{"query": "q"}]}',
      "trace should be a list of steps"),
 ])

@@ -26,6 +26,7 @@
   const clamp01 = (value) => clamp(value, 0, 1);
 
   function fmt(value) {
+    if (value === null || value === undefined) return "—";
     if (!isNumber(value)) return String(value);
     if (Number.isInteger(value)) return String(value);
     if (Math.abs(value) >= 100) return value.toFixed(0);
