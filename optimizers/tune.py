@@ -235,10 +235,12 @@ def tune(
             if budget and cost_report(study)["lm_calls_spent"] >= budget:
                 logger.warning("study %s has spent its budget of %d LM calls", study.study_name, budget)
             else:
+                rest = True
                 if defaults_waiting and n_jobs > 1:
                     # Worker threads would race for the queued trial (SQLite has no row locks): it runs alone first.
                     study.optimize(objective, n_trials=1, catch=(_OverBudget,), callbacks=stops)
-                if len(study.get_trials(deepcopy=False, states=_TAKEN)) < trials:
+                    rest = len(study.get_trials(deepcopy=False, states=_TAKEN)) < trials
+                if rest:
                     study.optimize(objective, n_jobs=n_jobs, catch=(_OverBudget,), callbacks=stops)
         finished = len(study.get_trials(deepcopy=False, states=FINISHED))
         if finished < trials:
