@@ -48,6 +48,7 @@ from arag.programs.frame.active_generation import (
     ActiveGeneration,
     LongAnswer,
     Piece,
+    shown_tokens,
 )
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
@@ -109,7 +110,8 @@ class FLARE(ActiveGeneration):
 
     def review(self, answer: LongAnswer, lookahead: Piece, step: dict) -> Piece:
         """Keep a confident look-ahead; else retrieve with queries formed from it and write the sentence again."""
-        step.update(lookahead=lookahead.text, min_prob=shown_probability(lookahead.min_prob))
+        step.update(lookahead=lookahead.text, min_prob=shown_probability(lookahead.min_prob),
+                    lookahead_tokens=shown_tokens(lookahead.tokens))
         if self.confident(lookahead):
             return lookahead
         answer.passages = self.search(self.queries(answer, lookahead, step), step, why="unsure look-ahead")

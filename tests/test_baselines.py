@@ -2,6 +2,7 @@
 
 import json
 import uuid
+import zlib
 
 import dspy
 import pytest
@@ -16,7 +17,8 @@ from arag.errors import ConfigError
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
-from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm
+from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize
+from arag.trace import shown_probability
 
 from fakes import FOUND_FOR, TemplateRetriever
 
@@ -80,6 +82,38 @@ def test_prev_window_replaces_the_passages_with_the_last_windows():
     assert "found for: " + QUESTION in seen[0]
     for passages, previous in zip(seen[1:], windows[:-1], strict=True):
         assert "found for: " + previous in passages and "found for: " + QUESTION not in passages
+
+
+def token_prob(token):
+    """A probability for each token of the scripted writer, read from its text: 0.5 to 0.999."""
+    return 0.5 + zlib.crc32(token.encode()) % 500 / 1000
+
+
+def token_writer(text):
+    """Writes `text` as `continue_text` does, each token with its `token_prob`."""
+    def respond(call):
+        written = call.prompt.rpartition("Answer:")[2].strip() if call.raw else call.inputs["answer_so_far"]
+        rest = text[len(written):] if call.raw else text[len(written):].strip()
+        if not rest.strip():
+            return "" if call.raw else {"continuation": ""}
+        value = rest + "\n\nQuestion: cut off by the stop sequence" if call.raw else rest
+        scripted = Scripted(value, [token_prob(token) for token in tokenize(value)])
+        return scripted if call.raw else {"continuation": scripted}
+
+    return respond
+
+
+@pytest.mark.parametrize("prompt_style", ["signature", "raw"])
+@pytest.mark.parametrize("program_class, kind, params", [(PreviousWindow, "window", {"window": 4}),
+                                                         (PreviousSentence, "sentence", {})])
+def test_each_piece_records_its_tokens_with_their_probabilities(program_class, kind, params, prompt_style):
+    prediction, _, _ = run(program_class, token_writer(LONG_ANSWER), prompt_style=prompt_style, **params)
+    pieces = steps(prediction, kind)
+    assert len(pieces) > 2 and " ".join(step["text"] for step in pieces) == LONG_ANSWER
+    for step in pieces:
+        assert "".join(token for token, _ in step["tokens"]).strip() == step["text"]
+        assert [p for _, p in step["tokens"]] == [shown_probability(token_prob(t)) for t, _ in step["tokens"]]
+        assert "lookahead_tokens" not in step
 
 
 # --- previous-sentence -------------------------------------------------------------------------------
@@ -245,5 +279,6 @@ def test_arag_eval_runs_the_baselines_over_a_loopback_server(program, kind, retr
             assert decisions[0]["retrieved"] is False and all(step["retrieved"] for step in decisions[1:])
             queries = [s["query"] for s in row["trace"] if s["step"] == "retrieve"][1:]
             assert queries == [step["text"] for step in decisions[:-1]]
+            assert all("".join(t for t, _ in step["tokens"]).strip() == step["text"] for step in decisions)
             expected = (len(decisions), len(decisions))  # one retrieval and one LM call per piece
         assert (row["retrieval_calls"], row["lm_calls"]) == expected

@@ -219,6 +219,33 @@ def test_an_unsure_sentence_is_written_again_from_the_new_passages():
     assert prediction.long_answer == "Biden studied at Delaware. So the answer is Delaware."
 
 
+def spelled(tokens):
+    return "".join(text for text, _ in tokens).strip()
+
+
+def test_sentence_steps_record_each_token_with_its_probability():
+    rewrite = Tokens([(" Biden", 0.97), (" went", 0.8512345), (" to", 0.99), (" Delaware", 0.66667), (".", 0.9)])
+    drafts = plan_responder([Tokens(BIDEN), FINAL])
+
+    def responder(call):  # the unsure first sentence is written again, token by token
+        retrieved = "found for: " + QUESTION not in call.inputs["passages"]
+        return {"continuation": rewrite} if retrieved and not call.inputs["answer_so_far"] else drafts(call)
+
+    prediction, _, _ = run_flare(responder)
+    first, last = sentences(prediction)
+    # the look-ahead's tokens, without those of the dropped next sentence (probability 0.01)
+    assert first["lookahead_tokens"] == [list(pair) for pair in BIDEN]
+    assert spelled(first["lookahead_tokens"]) == first["lookahead"]
+    assert first["lookahead"] == "Joe Biden attended the University of Pennsylvania."
+    assert min(p for _, p in first["lookahead_tokens"]) == first["min_prob"] == 0.1
+    # the sentence written after retrieval: its own tokens, rounded as the trace rounds probabilities
+    assert first["tokens"] == [[" Biden", 0.97], [" went", 0.8512], [" to", 0.99], [" Delaware", 0.6667], [".", 0.9]]
+    assert spelled(first["tokens"]) == first["text"] == "Biden went to Delaware."
+    # a kept look-ahead's tokens are recorded once
+    assert "tokens" not in last and spelled(last["lookahead_tokens"]) == last["text"] == FINAL[0]
+    assert {p for _, p in last["lookahead_tokens"]} == {0.95}
+
+
 def test_lm_calls_are_lookaheads_plus_rewrites():
     probs = [0.9, 0.5, 0.85, 0.6, 0.95]  # at least beta: the masked query is the whole look-ahead
     plan = [(f"Fact number {n} holds.", p) for n, p in enumerate(probs[:-1])] + [("So the answer is Delaware.", 0.95)]
@@ -270,6 +297,9 @@ def test_a_raw_completion_model_takes_a_plain_prompt_and_decides_the_same():
 
     prediction, engine, retriever = run_flare(complete, prompt_style="raw")
     assert [step["retrieved"] for step in sentences(prediction)] == [True, False, False]
+    assert [spelled(step["lookahead_tokens"]) for step in sentences(prediction)] == [
+        "Biden studied history.", "He studied law.", "So the answer is Delaware."]
+    assert [{p for _, p in step["lookahead_tokens"]} for step in sentences(prediction)] == [{0.5}, {0.9}, {0.9}]
     assert retriever.queries == [QUESTION, "Biden studied history."]
     assert prediction.long_answer == "Biden studied history. He studied law. So the answer is Delaware."
     assert engine.count == 4
@@ -471,6 +501,8 @@ def test_arag_eval_runs_flare_over_a_loopback_server(hotpot, tmp_path, monkeypat
         steps = [s for s in row["trace"] if s["step"] == "sentence"]
         assert len(steps) == 4 and row["prediction"] == "unknown"
         assert [s["retrieved"] for s in steps] == [s["min_prob"] <= 0.6 for s in steps]
+        assert all(spelled(s["lookahead_tokens"]) == s["lookahead"] for s in steps)  # read from the server's logprobs
+        assert [min(p for _, p in s["lookahead_tokens"]) for s in steps] == [s["min_prob"] for s in steps]
         assert row["retrieval_calls"] == 1 + sum(s["retrieved"] for s in steps)
         assert row["lm_calls"] == 4 + sum(s["retrieved"] for s in steps)
         assert row["outputs"]["long_answer"].endswith("So the answer is unknown.")

@@ -17,6 +17,9 @@ The answer ends when the model ends it (an empty continuation, or a last sentenc
 X."), or when the token budget is spent. The LM's tokens come with their log-probabilities, read
 through `arag.lm` (`field_logprobs` for a signature, `complete_raw` for a raw completion model); an
 endpoint that returns none gets an LMError.
+
+Each piece's step records its text and `tokens`, the kept piece's tokens as [text, probability] pairs
+(FLARE records its look-ahead's as `lookahead_tokens`, and `tokens` only where the kept sentence's differ).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param
 from arag.programs.frame.sentences import ends_with_final_answer, final_answer, split_sentences
 from arag.signatures.generation import ContinueAnswer
+from arag.trace import shown_probability
 
 LOOKAHEAD_TOKENS = Param("lookahead_tokens", 64, "tokens drafted per step, of which the first sentence is kept",
                          low=4, high=1024)
@@ -108,7 +112,9 @@ class ActiveGeneration(RAGProgram):
                 break
             piece = self.review(answer, draft, step)
             answer.add(piece)
-            self.note(self.piece_step, **step, text=piece.text)
+            tokens = shown_tokens(piece.tokens)
+            kept = {"tokens": tokens} if tokens != step.get("lookahead_tokens") else {}
+            self.note(self.piece_step, **step, text=piece.text, **kept)
             stop = self.stop_reason(answer)
             if stop:
                 break
@@ -174,6 +180,11 @@ def raw_prompt(answer: LongAnswer) -> str:
         'When the answer is short, end with "So the answer is X."\n\n'
         f"Question: {answer.question}\nAnswer:{written}"
     )
+
+
+def shown_tokens(tokens: Sequence[TokenLogprob]) -> list[list]:
+    """Tokens as a trace records them: [text, probability] pairs, probabilities rounded by `shown_probability`."""
+    return [[token.token, shown_probability(token.prob)] for token in tokens]
 
 
 def token_spans(text: str, tokens: Sequence[TokenLogprob]) -> list[tuple[TokenLogprob, int, int]]:
