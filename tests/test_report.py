@@ -228,11 +228,17 @@ QUESTION_PASSAGES = [
 ]
 
 
+DRAFT_PROBS = [0.9, 0.8, 0.3, 0.9, 0.95, 0.9]  # "The tower stands in Paris."
+REWRITE_PROBS = [0.95, 0.6, 0.9, 0.85, 0.99, 0.97, 0.9]  # "The Eiffel Tower stands in Paris."
+
+
 def flare_responder(call):
     """Two sentences: an unsure first one (FLARE retrieves and writes it again), a sure final one."""
     done = len(split_sentences(call.inputs["answer_so_far"]))
+    if done == 0 and "found for: " + call.inputs["question"] not in call.inputs["passages"]:
+        return {"continuation": Scripted("The Eiffel Tower stands in Paris.", REWRITE_PROBS)}
     if done == 0:
-        return {"continuation": Scripted("The tower stands in Paris.", [0.9, 0.8, 0.3, 0.9, 0.95, 0.9])}
+        return {"continuation": Scripted("The tower stands in Paris.", DRAFT_PROBS)}
     if done == 1:
         return {"continuation": Scripted("So the answer is Paris.", 0.95)}
     return {"continuation": ""}
@@ -296,9 +302,19 @@ def test_the_page_in_a_headless_browser(tmp_path):
             sync_api.expect(columns).to_have_count(3)
             flare = columns.nth(0)
             assert flare.locator("li.step-sentence").count() == 2
-            assert flare.locator(".written .piece[style*='background']").count() >= 1
             assert flare.locator(".written .search-mark").count() == 1  # the unsure first sentence's retrieval
             assert "least sure token 0.3" in flare.locator("li.step-sentence").first.inner_text()
+            # each token drawn on its own, shaded by its probability, which its title gives
+            tokens = flare.locator(".written .token")
+            assert tokens.count() == 7 + 6  # the rewritten first sentence, then "So the answer is Paris."
+            assert [float(p) for p in tokens.evaluate_all("spans => spans.map(s => s.dataset.p)")] == \
+                REWRITE_PROBS + [0.95] * 6
+            assert tokens.nth(1).get_attribute("title") == '" Eiffel" p = 0.6'
+            assert tokens.nth(1).inner_text() == "Eiffel" and "background" in tokens.nth(1).get_attribute("style")
+            assert flare.locator(".written").inner_text().count("The Eiffel Tower stands in Paris.") == 1
+            assert flare.locator(".written .legend .swatch").count() == 6
+            draft = flare.locator("li.step-sentence").first.locator(".muted", has_text="draft:").locator(".token")
+            assert [float(p) for p in draft.evaluate_all("spans => spans.map(s => s.dataset.p)")] == DRAFT_PROBS
             crag = columns.nth(1)
             assert crag.locator("li.step-action .badge").inner_text() == "correct"
             assert crag.locator("li.step-evaluate .score-row").count() == 2
@@ -327,7 +343,30 @@ def test_the_page_in_a_headless_browser(tmp_path):
 
             first.scroll_into_view_if_needed()
             page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            flare.screenshot(path=str(tmp_path / "report-tokens.png"))
+
+            old = older_flare_run(runs[0], tmp_path / "flare-untokened")
+            page.goto(arag.report([old], tmp_path / "untokened.html").path.as_uri())
+            page.wait_for_selector("body[data-ready]", timeout=30_000)
+            page.locator("details.question summary").first.click()
+            written = page.locator(".written")
+            sync_api.expect(written.locator(".piece[style*='background']")).to_have_count(1)  # the final sentence
+            assert written.locator(".token").count() == 0 and written.locator(".legend").count() == 0
+            assert "shaded by the least sure token" in written.inner_text()
         finally:
             browser.close()
     assert errors == []
     shutil.copy(tmp_path / "report.png", "/tmp/report-screenshot.png")
+    shutil.copy(tmp_path / "report-tokens.png", "/tmp/report-tokens.png")
+
+
+def older_flare_run(run, out):
+    """A copy of a FLARE run with the traces of a version that recorded no tokens."""
+    shutil.copytree(run, out)
+    rows = [ujson.loads(line) for line in (run / "predictions.jsonl").read_text().splitlines()]
+    for row in rows:
+        for step in row["trace"]:
+            step.pop("lookahead_tokens", None)
+            step.pop("tokens", None)
+    (out / "predictions.jsonl").write_text("".join(ujson.dumps(row) + "\n" for row in rows))
+    return out

@@ -35,8 +35,10 @@
   }
 
   const metricColor = (value) => `hsl(${Math.round(120 * clamp01(value))}, 70%, 86%)`;
-  // A sentence's shade: the less sure its least sure token, the redder.
+  // A token's shade (or, for runs traced without tokens, a sentence's by its least sure token): the less sure,
+  // the redder.
   const doubtShade = (prob) => `rgba(239, 68, 68, ${(0.55 * (1 - clamp01(prob))).toFixed(3)})`;
+  const LEGEND_PROBS = [1, 0.8, 0.6, 0.4, 0.2, 0];
 
   function badge(text, kind, title) {
     return h("span", { class: `badge ${kind || ""}`, title }, text);
@@ -236,26 +238,79 @@
     return box;
   }
 
-  /** The long answer of a program that writes piece by piece, each piece shaded by its draft's least sure token
-   * (when the piece is that draft), with its retrievals marked. */
+  /** The tokens of the piece a step kept: its own `tokens`, or a kept FLARE look-ahead's; null for runs traced
+   * without tokens. */
+  function keptTokens(step) {
+    if (Array.isArray(step.tokens)) return step.tokens;
+    if (Array.isArray(step.lookahead_tokens) && step.lookahead === step.text) return step.lookahead_tokens;
+    return null;
+  }
+
+  /** `text` drawn token by token, each token shaded by its probability, which its title gives; null when the
+   * tokens do not spell the text. A token's leading space is left unshaded. */
+  function tokenSpans(text, tokens) {
+    if (!Array.isArray(tokens) || !tokens.length || !tokens.every(Array.isArray) || !text) return null;
+    const joined = tokens.map((token) => String(token[0])).join("");
+    const start = joined.indexOf(text);
+    if (start < 0) return null;
+    const end = start + text.length;
+    const spans = [];
+    let at = 0;
+    for (const [token, prob] of tokens) {
+      const from = at;
+      at += String(token).length;
+      const shown = joined.slice(Math.max(from, start), Math.min(at, end));
+      if (!shown) continue;
+      const word = shown.trimStart();
+      if (word.length < shown.length) spans.push(shown.slice(0, shown.length - word.length));
+      if (!word) continue;
+      spans.push(h("span", {
+        class: "token", "data-p": prob, title: `${JSON.stringify(String(token))} p = ${fmt(prob)}`,
+        style: isNumber(prob) ? `background:${doubtShade(prob)}` : null,
+      }, word));
+    }
+    return spans;
+  }
+
+  function legend() {
+    return h("span", { class: "legend", title: "token probability: the lighter, the surer" }, "token p",
+      LEGEND_PROBS.map((p) => h("span", { class: "swatch", style: `background:${doubtShade(p)}` }, fmt(p))));
+  }
+
+  /** The long answer of a program that writes piece by piece, with its retrievals marked: each token shaded by its
+   * probability, or, for runs traced without tokens, each piece by its draft's least sure token (when the piece is
+   * that draft). */
   function writtenAnswer(trace, context) {
     const pieces = trace.filter((step) => PIECE_STEPS.has(step.step) || step.step === "write");
     if (!pieces.length) return null;
     const theta = context.params.theta;
-    const paragraph = h("div", { class: "written" }, h("span", { class: "caption" },
-      "the answer as written" + (pieces.some((p) => isNumber(p.min_prob)) ? ", shaded by the least sure token of each " +
-        `sentence's draft${isNumber(theta) ? ` (retrieval at p ≤ θ = ${theta})` : ""}` : "")));
-    for (const piece of pieces) {
+    const drawn = pieces.map((piece) => tokenSpans(piece.text, keptTokens(piece)));
+    const byToken = drawn.some(Boolean);
+    const drafted = pieces.some((piece) => piece.lookahead !== undefined);
+    const atTheta = isNumber(theta) ? ` (retrieval when a draft's token has p ≤ θ = ${theta})` : "";
+    let caption = "the answer as written";
+    if (byToken) {
+      caption += `, each token shaded by its probability (hover for it)${atTheta}` +
+        (drafted ? "; a sentence written again shows the rewrite's tokens" : "");
+    } else if (pieces.some((piece) => isNumber(piece.min_prob))) {
+      caption += `, shaded by the least sure token of each sentence's draft${atTheta}`;
+    }
+    const paragraph = h("div", { class: "written" },
+      h("span", { class: "caption" }, caption, byToken ? legend() : null));
+    pieces.forEach((piece, i) => {
       if (piece.retrieved) paragraph.append(searchMark(piece.queries || []));
-      const shaded = isNumber(piece.min_prob) && (piece.lookahead === undefined || piece.lookahead === piece.text);
+      const shaded = !drawn[i] && isNumber(piece.min_prob) &&
+        (piece.lookahead === undefined || piece.lookahead === piece.text);
+      // FLARE writes a sentence again whenever it retrieves, unless the rewrite came out empty
+      const rewritten = piece.lookahead !== undefined && piece.retrieved && piece.rewrite !== "empty";
       paragraph.append(h("span", {
-        class: "piece",
+        class: drawn[i] ? "piece by-token" : "piece",
         style: shaded ? `background:${doubtShade(piece.min_prob)}` : null,
         title: `${piece.step} ${piece.index + 1}` + (isNumber(piece.min_prob) ? ` · least sure token of the draft: ` +
-          `p = ${fmt(piece.min_prob)}` + (shaded ? "" : " (the draft was rewritten after retrieval)") : ""),
-      }, piece.text), " ");
+          `p = ${fmt(piece.min_prob)}` + (rewritten ? " (the draft was rewritten after retrieval)" : "") : ""),
+      }, drawn[i] || piece.text), " ");
       if (piece.step === "write" && piece.search) paragraph.append(searchMark([piece.search]));
-    }
+    });
     return paragraph;
   }
 
@@ -299,18 +354,21 @@
   }
 
   function pieceStep(step, context) {
-    const rewritten = step.lookahead !== undefined && step.lookahead !== step.text;
+    const rewritten = step.lookahead !== undefined && (step.lookahead !== step.text || Array.isArray(step.tokens));
+    const draft = tokenSpans(step.lookahead, step.lookahead_tokens);
+    const kept = tokenSpans(step.text, keptTokens(step));
     return [
       head(`${step.step} ${step.index + 1}`, step.retrieved ? badge("retrieved", "info") : null,
         probability("least sure token", step.min_prob, context.params.theta)),
-      rewritten ? h("div", { class: "muted" }, "draft: ",
+      rewritten ? h("div", { class: "muted" }, "draft: ", draft ? h("span", { class: "piece by-token" }, draft) :
         h("span", { class: "piece", style: `background:${doubtShade(step.min_prob)}` }, step.lookahead)) : null,
       (step.spans || []).length ? h("div", { class: "muted" }, `unsure spans: ${step.spans.join(" | ")}`) : null,
       (step.queries || []).map((text) => query(text)),
       (step.dropped_questions || []).length ? h("div", { class: "muted" },
         `dropped questions (no "?"): ${step.dropped_questions.join(" | ")}`) : null,
       step.rewrite === "empty" ? h("div", { class: "muted" }, "the rewrite came out empty: the draft stands") : null,
-      rewritten ? h("div", {}, "written: ", step.text) : textBlock(step.text),
+      rewritten ? h("div", {}, "written: ", kept ? h("span", { class: "piece by-token" }, kept) : step.text) :
+        kept ? h("div", { class: "text" }, h("span", { class: "piece by-token" }, kept)) : textBlock(step.text),
     ];
   }
 
