@@ -19,7 +19,7 @@ import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Callable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from arag.errors import ConfigError
 from arag.trace import branch_of, current_trace
@@ -95,3 +95,17 @@ def fan_out(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         if branch is not None:
             branch.merge()
     return [future.result() for future in futures]
+
+
+_models: dict[tuple[str, str], tuple[Any, threading.Lock]] = {}
+_models_lock = threading.Lock()
+
+
+def shared_model(kind: str, path: str, load: Callable[[], Any]) -> tuple[Any, threading.Lock]:
+    """The model loaded once per process for (kind, path) (a scorer's, a router's encoder), with the lock its users
+    call it under."""
+    key = (kind, path)
+    with _models_lock:
+        if key not in _models:
+            _models[key] = (load(), threading.Lock())
+        return _models[key]

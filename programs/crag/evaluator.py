@@ -22,14 +22,13 @@ when every score is below `lower` (so also when there is nothing to score), Ambi
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import dspy
 
-from arag.concurrency import fan_out
+from arag.concurrency import fan_out, shared_model
 from arag.errors import ConfigError, LMError
 from arag.lm import label_probabilities
 from arag.programs.frame.predictors import judged
@@ -97,19 +96,6 @@ class LMScorer(dspy.Module):
         return 2.0 * p_yes - 1.0
 
 
-_models: dict[tuple[str, str], tuple[Any, threading.Lock]] = {}
-_models_lock = threading.Lock()
-
-
-def _shared_model(kind: str, path: str, load: Callable[[], Any]) -> tuple[Any, threading.Lock]:
-    """The model loaded once per process for (kind, path), with the lock its users call it under."""
-    key = (kind, path)
-    with _models_lock:
-        if key not in _models:
-            _models[key] = (load(), threading.Lock())
-        return _models[key]
-
-
 class EmbeddingScorer:
     """Cosine similarity of sentence embeddings, rescaled: score = clip(2·cos − 1, −1, 1)."""
 
@@ -123,7 +109,7 @@ class EmbeddingScorer:
         return self
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
-        model, lock = _shared_model("sentence-transformers", self.model_path, self._load)
+        model, lock = shared_model("sentence-transformers", self.model_path, self._load)
 
         def cosine_scores(found: list[str]) -> list[float]:
             with lock:
@@ -155,7 +141,7 @@ class T5Scorer:
         return self
 
     def score(self, question: str, texts: Sequence[str]) -> list[float]:
-        (tokenizer, model), lock = _shared_model("t5", self.path, self._load)
+        (tokenizer, model), lock = shared_model("t5", self.path, self._load)
 
         def regression_outputs(found: list[str]) -> list[float]:
             import torch
