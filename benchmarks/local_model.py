@@ -36,15 +36,16 @@ HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpot
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
 
-def hotpotqa_on_the_local_model(dataset: Path, limit: int) -> tuple[list[dspy.Example], arag.retrievers.Retriever,
-                                                                    dspy.LM]:
+def hotpotqa_on_the_local_model(dataset: Path, limit: int, threads: int | None = None
+                                ) -> tuple[list[dspy.Example], arag.retrievers.Retriever, dspy.LM]:
     """The first `limit` questions of a HotpotQA folder, BM25 over its corpus, and the local model asked for
-    log-probabilities; exits naming the folder when it holds no dataset."""
+    log-probabilities (on `threads` CPU threads; None: the engine's default); exits naming the folder when it
+    holds no dataset."""
     if not (dataset / "public.jsonl").exists():
         raise SystemExit(f"no dataset at {dataset}")
     examples = arag.load_examples(str(dataset / "public.jsonl"), limit=limit)
     retriever = arag.open_retriever(corpus=str(dataset / "corpus.jsonl"))
-    return examples, retriever, arag.build_lm("local", logprobs=True, top_logprobs=5)
+    return examples, retriever, arag.build_lm("local", logprobs=True, top_logprobs=5, threads=threads)
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Thresholds tuned on the local model: do tuned parameters beat the defaults on questions they never saw?
 
-    python benchmarks/tuning_local.py [--n-tune 50] [--n-eval 50] [--trials 8] [--programs flare,crag]
+    python benchmarks/tuning_local.py [--n-tune 50] [--n-eval 50] [--trials 8] [--programs flare,crag] [--threads N]
 
 For each program, `arag.optimizers.tune` searches its default space (FLARE's theta and beta, CRAG's upper and
 lower) for F1 on the first --n-tune HotpotQA questions, with SmolLM2-135M-Instruct run by llama.cpp in this
@@ -21,7 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -44,8 +43,9 @@ def main() -> int:
     parser.add_argument("--programs", default="flare,crag", help="comma-separated program names")
     parser.add_argument("--dataset", type=Path, default=HOTPOTQA, help="folder with public.jsonl and corpus.jsonl")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "arag-bench-tuning-local")
+    parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's)")
     args = parser.parse_args()
-    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval)
+    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval, args.threads)
     tuning, held_out = examples[:args.n_tune], examples[args.n_tune:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -57,10 +57,10 @@ def main() -> int:
     for name in [name.strip() for name in args.programs.split(",") if name.strip()]:
         out = args.out / name
         with isolated_cache(folder=out / "dspy-cache"), dspy.context(lm=lm):
-            started = time.perf_counter()
             study = tune(name, tuning, retriever, trials=args.trials, out_dir=out / "study", objectives=("f1",),
                          seed=0, plots=False)
-            minutes = (time.perf_counter() - started) / 60
+            minutes = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in study.study.trials
+                          if t.datetime_complete and t.datetime_start) / 60  # all invocations' trials, resumed ones too
             defaults = next(t for t in study.study.trials if t.user_attrs.get("arag_role") == "defaults")
             rows = {"defaults": (defaults.params, defaults.value), "tuned": (study.best["params"],
                                                                             study.best["values"]["f1"])}
