@@ -10,7 +10,7 @@ from typing import Any
 import click
 import ujson
 
-from arag.cli_optimize import compile_command, tune_command
+from arag.cli_optimize import compile_command, train_router_command, tune_command
 from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.errors import AragError, ConfigError
 from arag.evaluate import MAX_ERRORS
@@ -227,6 +227,7 @@ def report_command(runs: tuple[str, ...], out_path: str) -> None:
 
 main.add_command(compile_command)
 main.add_command(tune_command)
+main.add_command(train_router_command)
 
 if __name__ == "__main__":
     main()

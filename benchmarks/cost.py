@@ -15,8 +15,10 @@ program's own trace (`required_calls`): FLARE = look-aheads + rewrites + span qu
 look-ahead that ends the answer), Adaptive-Note = 1 + query proposals (retries included) + updates +
 reviews + 1, GenGround = deductions + grounding batches (+ a closing call), Self-RAG = retrieval
 decisions + per candidate one write and one call per critique, CRAG (scorer=lm) = k judgements +
-one per strip + keyword rewrite + answer. The engine's request count beyond that is flagged as extra
-(a retry, a parse fallback, or a bug). Tokens are the scripted engine's word-and-punctuation tokens.
+one per strip + keyword rewrite + answer, Iter-RetGen = one generation per iteration, SuRe = 1 + a summary
+and a validity judgement per distinct candidate + both orders of each pair, Adaptive-RAG = its label +
+the chosen strategy's. The engine's request count beyond that is flagged as extra (a retry, a parse
+fallback, or a bug). Tokens are the scripted engine's word-and-punctuation tokens.
 """
 
 from __future__ import annotations
@@ -174,10 +176,22 @@ class StandInModel:
             return label("4", 0.6, {"5": 0.2, "3": 0.2})
         if name == "retrieve":
             return label("yes", 0.7, {"no": 0.2, "continue": 0.1})
+        if name == "complexity":  # one named thing: one retrieval; more: several
+            return label("C", 0.6, {"B": 0.3, "A": 0.1}) if len(names) > 1 else label("B", 0.6, {"C": 0.3, "A": 0.1})
         if name == "evidence":
             return self.evidence(inputs)
         if name == "revised_answer":
             return inputs.get("candidate_answer", names[0])
+        if name.startswith("candidate_") and name.removeprefix("candidate_").isdigit():
+            options = [names[0], *PASSAGE_TITLE.findall(inputs.get("passages", ""))]
+            return options[(int(name.removeprefix("candidate_")) - 1) % len(options)]
+        if name == "supporting_summary":
+            return f"The passages about {inputs.get('chosen_candidate', names[0])} bear on the question."
+        if name == "supports_candidate":
+            named = inputs.get("candidate", "") in names
+            return label("True", 0.7, {"False": 0.3}) if named else label("False", 0.6, {"True": 0.4})
+        if name == "more_informative":
+            return "1" if len(inputs.get("summary_1", "")) >= len(inputs.get("summary_2", "")) else "2"
         return ""
 
     @staticmethod
@@ -267,6 +281,17 @@ def genground_calls(trace: list[dict]) -> int:
     return len(steps(trace, "deduce")) + len(steps(trace, "ground")) + closing
 
 
+def adaptive_rag_calls(trace: list[dict]) -> int:
+    """Adaptive-RAG: the LM classifier's label (a router file makes none), then what the chosen strategy needs."""
+    [route] = steps(trace, "route")
+    return (route["classifier"] == "lm") + required_calls(route["strategy"], trace)
+
+
+def sure_calls(trace: list[dict]) -> int:
+    """SuRe: the candidates, then per distinct candidate a summary and a validity judgement, two per pair."""
+    return 1 + len(steps(trace, "summary")) + len(steps(trace, "validity")) + len(steps(trace, "compare"))
+
+
 REQUIRED: dict[str, tuple[str, Callable[[list[dict]], int]]] = {
     "no-retrieval": ("1 answer", lambda trace: 1),
     "single-rag": ("1 answer", lambda trace: 1),
@@ -274,6 +299,8 @@ REQUIRED: dict[str, tuple[str, Callable[[list[dict]], int]]] = {
     "flare-instruct": ("one generation per search, +1", lambda trace: len(steps(trace, "write"))),
     "prev-window": ("one draft per window (+1 ending)", lambda trace: generation_calls(trace, "window")),
     "prev-sentence": ("one draft per sentence (+1 ending)", lambda trace: generation_calls(trace, "sentence")),
+    "ircot": ("one draft per sentence (+1 ending) + 1 reader",
+              lambda trace: generation_calls(trace, "sentence") + len(steps(trace, "read"))),
     "self-ask": ("decisions + intermediate answers + 1", self_ask_calls),
     "react": ("thought-actions + 1 extraction", lambda trace: len(steps(trace, "act")) + 1),
     "crag": ("k judgements + strips + rewrite + 1", lambda trace: correction_calls(trace) + 1),
@@ -282,6 +309,9 @@ REQUIRED: dict[str, tuple[str, Callable[[list[dict]], int]]] = {
                   lambda trace: self_rag_calls(trace) + correction_calls(trace)),
     "adaptive-note": ("1 + 3 x iterations + retries + 1", adaptive_note_calls),
     "genground": ("deductions + grounding batches (+ closing)", genground_calls),
+    "iter-retgen": ("one generation per iteration", lambda trace: len(steps(trace, "generate"))),
+    "sure": ("1 + K summaries + K validity + K(K-1) pair-wise", sure_calls),
+    "adaptive-rag": ("1 label + the chosen strategy's", adaptive_rag_calls),
 }
 
 

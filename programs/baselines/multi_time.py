@@ -4,18 +4,26 @@ fixed points with what was already written, where FLARE retrieves when unsure wi
 `prev-window` (RETRO, IC-RALM, kNN-LM): the answer is written `window` tokens at a time (a window
 runs on to the end of the word it stops in), and before each window the previous window is the
 query; its passages replace the ones in context.
-`prev-sentence` (IRCoT): the answer is written a sentence at a time, and before each sentence the
+`prev-sentence` (IRCoT-style): the answer is written a sentence at a time, and before each sentence the
 previous sentence is the query; passages accumulate in context up to `max_passages`.
 Both start from the passages for the question.
+
+`PreviousSentence` is also IRCoT's loop: `ircot` (programs/ircot.py) is this program with the paper's
+settings, which are parameters here: `max_steps` (a step limit; prev-sentence has none and stops only at
+its final answer or `max_tokens`), `stop_rule` (prev-sentence stops once the written answer ends on a
+complete "So the answer is X."; IRCoT at the first sentence that says "answer is") and `reader` (prev-sentence
+reads the short answer from what it wrote; IRCoT asks a reader, with or without reasoning, to answer from
+every passage collected).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
-from arag.passages import dedup
+from arag.passages import dedup, format_passages
 from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MAX_TOKENS,
@@ -26,14 +34,31 @@ from arag.programs.frame.active_generation import (
     first_tokens,
 )
 from arag.programs.frame.params import FLARE_SETTING_K, Param
+from arag.programs.frame.predictors import predictor
 from arag.programs.frame.registry import register
+from arag.signatures import AnswerFromPassages
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
                low=1, high=256, searched=True, search_range=(8, 64))
 MAX_PASSAGES = Param("max_passages", 15, "cap on the passages accumulated in context (IRCoT's 15)", low=1, high=100,
                      searched=True, search_range=(5, 20))
+MAX_STEPS = Param("max_steps", 0, "the most sentences written before the answer stops (0: no limit but max_tokens)",
+                  low=0, high=64)
+STOP_RULE = Param(
+    "stop_rule", "final-answer",
+    'final-answer: stop once the answer ends on a complete "So the answer is X." sentence; answer-is: stop at '
+    'the first sentence that says "answer is", wherever in it',
+    choices=("final-answer", "answer-is"), tunable=False,
+)
+READER = Param(
+    "reader", "none",
+    'none: the short answer is read from the written answer ("So the answer is X."); cot / direct: once writing '
+    "stops, a separate call answers the question from every passage collected, reasoning first (cot) or not",
+    choices=("none", "cot", "direct"), tunable=False,
+)
 
 WORD_END_TOKENS = 8  # drafted beyond a window, so that it can end where its last word ends
+ANSWER_IS = re.compile(r"\banswer\s+is\b", re.IGNORECASE)  # stop_rule=answer-is
 
 
 @register
@@ -60,16 +85,23 @@ class PreviousWindow(ActiveGeneration):
 class PreviousSentence(ActiveGeneration):
     """Previous-sentence (IRCoT-style): before each sentence, retrieve with the previous one; passages accumulate.
 
-    The new passages join those in context until `max_passages` are held; then retrieval stops.
+    The new passages join those in context until `max_passages` are held; then retrieval stops. Writing
+    stops by `stop_rule`, at `max_steps` sentences, or when `max_tokens` are spent; with a `reader`, a last
+    call answers from every passage held.
     """
 
     name = "prev-sentence"
-    params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
+    params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE, MAX_STEPS, STOP_RULE, READER)
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        if self.reader != "none":
+            self.generate_answer = predictor(AnswerFromPassages, self.reader)
 
     def check_params(self, config: dict) -> None:
         if config["max_passages"] < config["k"]:
             raise ConfigError(
-                f"prev-sentence: parameter 'max_passages' ({config['max_passages']}) must be at least "
+                f"{self.name}: parameter 'max_passages' ({config['max_passages']}) must be at least "
                 f"k ({config['k']}), the passages of the first retrieval"
             )
 
@@ -82,3 +114,21 @@ class PreviousSentence(ActiveGeneration):
         found = self.search([answer.pieces[-1]], step, why="previous sentence")
         fresh = dedup(found, {passage.id for passage in answer.passages})
         answer.passages = (answer.passages + fresh)[: self.max_passages]
+
+    def stop_reason(self, answer: LongAnswer) -> str | None:
+        if self.stop_rule == "answer-is" and ANSWER_IS.search(answer.pieces[-1]):
+            return 'the sentence says "answer is"'
+        stop = super().stop_reason(answer)
+        if stop is None and self.max_steps and len(answer.pieces) >= self.max_steps:
+            return "the step limit is reached"
+        return stop
+
+    def finish(self, answer: LongAnswer, stop: str) -> dict:
+        """Without a reader, the short answer read from the written one; with one, the reader's answer from
+        every passage held, the written answer kept as `long_answer`."""
+        if self.reader == "none":
+            return super().finish(answer, stop)
+        self.note("stop", reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
+        self.note("read", reader=self.reader, passage_ids=[passage.id for passage in answer.passages])
+        prediction = self.generate_answer(passages=format_passages(answer.passages), question=answer.question)
+        return {"answer": self.answered(prediction), "long_answer": answer.text}

@@ -10,13 +10,17 @@ differ only in WHEN and WHAT they retrieve, which each decides in one of two hoo
     prev-window    each window: the previous window        keep the draft
     prev-sentence  each sentence: the previous sentence    keep the draft
                    (passages accumulate up to a cap)
+    ircot          as prev-sentence, K passages per        keep the draft; stop at "answer is" or the step
+                   sentence up to 15                       limit, then a reader answers from every passage
     flare          -                                       unsure draft: query from it, retrieve, and
                                                            write the sentence again
 
 The answer ends when the model ends it (an empty continuation, or a last sentence "So the answer is
-X."), or when the token budget is spent. The LM's tokens come with their log-probabilities, read
-through `arag.lm` (`field_logprobs` for a signature, `complete_raw` for a raw completion model); an
-endpoint that returns none gets an LMError.
+X."), or when the token budget is spent (`stop_reason`; prev-sentence and ircot may add a step limit and
+stop at "answer is"). The short answer is then read from the long one, unless the program answers
+otherwise (`finish`: ircot's reader). The LM's tokens come with their log-probabilities, read through
+`arag.lm` (`field_logprobs` for a signature, `complete_raw` for a raw completion model); an endpoint
+that returns none gets an LMError.
 
 Each piece's step records its text and `tokens`, the kept piece's tokens as [text, probability] pairs
 (FLARE records its look-ahead's as `lookahead_tokens`, and `tokens` only where the kept sentence's differ).
@@ -92,7 +96,8 @@ class LongAnswer:
 
 class ActiveGeneration(RAGProgram):
     """The generation loop. Subclasses decide when and what to retrieve in `before_drafting` (from what
-    is written) and `review` (from the draft), and may change the piece (`cut`, `draft_tokens`)."""
+    is written) and `review` (from the draft), and may change the piece (`cut`, `draft_tokens`), when to
+    stop (`stop_reason`) and the result (`finish`)."""
 
     piece_step: ClassVar[str] = "sentence"
 
@@ -118,6 +123,10 @@ class ActiveGeneration(RAGProgram):
             stop = self.stop_reason(answer)
             if stop:
                 break
+        return self.finish(answer, stop)
+
+    def finish(self, answer: LongAnswer, stop: str) -> dict:
+        """The result once writing stops: the short answer read from the long one."""
         return answer.finish(self, stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:

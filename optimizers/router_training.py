@@ -1,0 +1,198 @@
+"""Adaptive-RAG's router, trained from arag's own evaluation runs (Jeong et al., 2024, section 3.2).
+
+    arag train-router RUN... --out router.json [--metric em] [--hops DATASET=single|multi] [--held-out 0.2]
+
+The runs are folders written by `arag eval`: for each dataset, one run of each strategy (`no-retrieval`,
+`single-rag`, `ircot`) over the same questions. Each question is labelled as the paper labels it: A when the
+no-retrieval run answered it correctly (`--metric` at 1), else B when the single-step run did, else C when the
+multi-step run did; when none did, by its dataset's nature: B for a single-hop set, C for a multi-hop one.
+A seeded share of the questions (`--held-out`) is kept apart; a logistic regression over all-MiniLM-L6-v2
+embeddings of the other questions is fitted and saved. On the held-apart questions: the router's accuracy (next
+to always answering the most frequent label), and what routing would have cost and scored, read from the runs,
+against always the multi-step strategy.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from arag.errors import ConfigError
+from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES
+from arag.programs.adaptive_rag.router import embed_questions, write_router_file
+from arag.report import Run, load_run
+from arag.retrievers.dense import DEFAULT_MODEL
+
+HOPS = ("single", "multi")
+UNANSWERED_LABEL = {"single": "B", "multi": "C"}
+KNOWN_HOPS = {  # a dataset file's folder or name containing the key: its questions' nature
+    "hotpotqa": "multi", "2wiki": "multi", "musique": "multi", "strategyqa": "multi", "bamboogle": "multi",
+    "nq": "single", "triviaqa": "single", "squad": "single", "popqa": "single",
+}
+MULTI_STEP = "C"
+
+
+@dataclass(frozen=True)
+class LabelledQuestion:
+    """A question with its silver label, and each strategy's LM calls and score on it."""
+
+    id: str
+    question: str
+    dataset: str
+    label: str
+    by: str  # "answer": the simplest strategy that answered correctly; "dataset": the dataset's nature
+    lm_calls: Mapping[str, int]
+    scores: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class RouterReport:
+    """What training printed: the labels, the split and the held-apart figures."""
+
+    questions: int
+    labels: dict[str, int]
+    labelled_by: dict[str, int]
+    trained_on: int
+    held_out: int
+    accuracy: float
+    majority_label: str
+    majority_accuracy: float
+    lm_calls_routed: float
+    lm_calls_multi_step: float
+    score_routed: float
+    score_multi_step: float
+    metric: str
+
+    def lines(self) -> list[str]:
+        saved = 1 - self.lm_calls_routed / self.lm_calls_multi_step if self.lm_calls_multi_step else 0.0
+        labels = ", ".join(f"{label} {self.labels.get(label, 0)}" for label in sorted(STRATEGIES))
+        return [
+            f"labelled {self.questions} questions: {labels} (by a correct answer {self.labelled_by.get('answer', 0)}"
+            f", by the dataset's nature {self.labelled_by.get('dataset', 0)}; --metric {self.metric})",
+            f"trained on {self.trained_on}, held apart {self.held_out}",
+            f"router accuracy on the held-apart questions: {self.accuracy:.3f} "
+            f"(always {self.majority_label}, the most frequent training label: {self.majority_accuracy:.3f})",
+            f"LM calls per held-apart question: routed {self.lm_calls_routed:.2f}, always multi-step "
+            f"{self.lm_calls_multi_step:.2f} ({saved:.0%} saved; the router itself makes none)",
+            f"{self.metric} on the held-apart questions: routed {self.score_routed:.3f}, always multi-step "
+            f"{self.score_multi_step:.3f}",
+        ]
+
+
+def parse_hops(pairs: Sequence[str]) -> dict[str, str]:
+    """`DATASET=single|multi` pairs into a dict; a ConfigError for a malformed one."""
+    hops = {}
+    for pair in pairs:
+        name, sep, nature = pair.partition("=")
+        if not sep or not name.strip() or nature.strip() not in HOPS:
+            raise ConfigError(f"--hops expects DATASET=single or DATASET=multi, got {pair!r}")
+        hops[name.strip().lower()] = nature.strip()
+    return hops
+
+
+def dataset_name(path: str) -> str:
+    """A dataset's short name: its file's folder for `public.jsonl`-style files, else the file's stem."""
+    file = Path(path)
+    return file.parent.name if file.stem in {"public", "dev", "test", "train", "questions"} else file.stem
+
+
+def dataset_hops(name: str, given: Mapping[str, str]) -> str:
+    """Whether a dataset's questions are single- or multi-hop: from `given`, else from known dataset names."""
+    lowered = name.lower()
+    for table in (given, KNOWN_HOPS):
+        for key, nature in table.items():
+            if key in lowered:
+                return nature
+    raise ConfigError(f"dataset {name!r}: is it single- or multi-hop? say so with --hops {name}=single|multi")
+
+
+def label_runs(folders: Sequence[str | Path], metric: str = "em",
+               hops: Mapping[str, str] | None = None) -> list[LabelledQuestion]:
+    """The questions that every strategy's run of their dataset holds, each with its silver label."""
+    by_dataset: dict[str, dict[str, Run]] = {}
+    strategy_label = {program: label for label, program in STRATEGIES.items()}
+    for folder in folders:
+        run = load_run(folder)
+        program, dataset = run.info.get("program"), run.info.get("dataset")
+        if program not in strategy_label:
+            raise ConfigError(f"{folder}: a run of {program!r}; the router learns from runs of "
+                              f"{', '.join(STRATEGIES.values())}")
+        if not dataset:
+            raise ConfigError(f"{folder}: its run.json names no dataset")
+        runs = by_dataset.setdefault(dataset, {})
+        if strategy_label[program] in runs:
+            raise ConfigError(f"{folder}: a second {program} run of {dataset}")
+        runs[strategy_label[program]] = run
+    labelled = []
+    for dataset, runs in by_dataset.items():
+        missing = [STRATEGIES[label] for label in STRATEGIES if label not in runs]
+        if missing:
+            raise ConfigError(f"{dataset}: no run of {', '.join(missing)}; each dataset needs a run of every strategy")
+        name = dataset_name(dataset)
+        nature = dataset_hops(name, hops or {})
+        rows = {label: {row["id"]: row for row in run.rows} for label, run in runs.items()}
+        shared = [row for row in runs["A"].rows if all(row["id"] in rows[label] for label in STRATEGIES)]
+        for row in shared:
+            scores = {label: _score(rows[label][row["id"]], metric, runs[label].path) for label in STRATEGIES}
+            answered = [label for label in sorted(STRATEGIES) if scores[label] >= 1.0]
+            labelled.append(LabelledQuestion(
+                id=str(row["id"]), question=row["question"], dataset=name,
+                label=answered[0] if answered else UNANSWERED_LABEL[nature],
+                by="answer" if answered else "dataset",
+                lm_calls={label: int(rows[label][row["id"]].get("lm_calls", 0)) for label in STRATEGIES},
+                scores=scores,
+            ))
+    if not labelled:
+        raise ConfigError("the runs share no question: run every strategy over the same questions")
+    return labelled
+
+
+def _score(row: dict[str, Any], metric: str, run: Path) -> float:
+    metrics = row.get("metrics") or {}
+    if metric not in metrics:
+        raise ConfigError(f"{run}: question {row['id']} has no {metric!r} score (it has {', '.join(metrics)})")
+    return float(metrics[metric]) if "error" not in row else 0.0
+
+
+def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_out: float = 0.2, seed: int = 0,
+                 metric: str = "em", encoder: str = DEFAULT_MODEL) -> RouterReport:
+    """Fit the router on all but a seeded `held_out` share of the questions, save it to `out`, and measure it on
+    that share."""
+    if not 0 < held_out < 1:
+        raise ConfigError(f"--held-out must be between 0 and 1, got {held_out}")
+    from sklearn.linear_model import LogisticRegression
+
+    ordered = sorted(labelled, key=lambda q: (q.dataset, q.id))
+    random.Random(seed).shuffle(ordered)
+    cut = round(len(ordered) * held_out)
+    test, train = ordered[:cut], ordered[cut:]
+    if not test or not train:
+        raise ConfigError(f"{len(ordered)} questions cannot be split {1 - held_out:.0%} / {held_out:.0%}: "
+                          "give more questions or another --held-out")
+    train_labels = [q.label for q in train]
+    if len(set(train_labels)) < 2:
+        raise ConfigError(f"every training question is labelled {train_labels[0]}: a classifier needs two labels "
+                          "(more questions, or a more lenient --metric such as match)")
+    regression = LogisticRegression(max_iter=1000, random_state=seed)
+    regression.fit(embed_questions([q.question for q in train], encoder), train_labels)
+    predicted = [str(label) for label in regression.predict(embed_questions([q.question for q in test], encoder))]
+    write_router_file(out, regression, encoder, {
+        "questions": len(train), "labels": dict(Counter(train_labels)), "metric": metric, "seed": seed,
+        "datasets": sorted({q.dataset for q in train}),
+    })
+    majority = Counter(train_labels).most_common(1)[0][0]
+    return RouterReport(
+        questions=len(ordered), labels=dict(Counter(q.label for q in ordered)),
+        labelled_by=dict(Counter(q.by for q in ordered)), trained_on=len(train), held_out=len(test),
+        accuracy=statistics.fmean(p == q.label for p, q in zip(predicted, test)),
+        majority_label=majority, majority_accuracy=statistics.fmean(q.label == majority for q in test),
+        lm_calls_routed=statistics.fmean(q.lm_calls[p] for p, q in zip(predicted, test)),
+        lm_calls_multi_step=statistics.fmean(q.lm_calls[MULTI_STEP] for q in test),
+        score_routed=statistics.fmean(q.scores[p] for p, q in zip(predicted, test)),
+        score_multi_step=statistics.fmean(q.scores[MULTI_STEP] for q in test),
+        metric=metric,
+    )

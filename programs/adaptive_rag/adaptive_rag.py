@@ -1,0 +1,62 @@
+"""Adaptive-RAG (Jeong et al., NAACL 2024): a classifier labels the question's complexity, and the strategy
+for that complexity answers it.
+
+    label ← classifier(q) ∈ {A, B, C}
+    A:  answer ← LM(q)                        no-retrieval: the model's own knowledge
+    B:  answer ← LM(q, R(q, k))               single-rag: one retrieval
+    C:  answer ← IRCoT(q)                     ircot: retrieval interleaved with chain-of-thought
+
+The three strategies are arag's own `no-retrieval`, `single-rag` (with this program's `k`) and `ircot` (its
+defaults), run inside this program's trace after a `route` step that records the label and, when known, the
+probability of each label.
+
+Classifiers (`classifier`, details in `router.py`): `lm` asks the configured LM for the label, one call (the paper
+does not; it is the classifier for an endpoint with nothing trained); a router file from `arag train-router` is
+the paper's trained classifier: the paper fine-tunes T5-large on silver labels (the simplest strategy that
+answered a training question correctly; the dataset's single- or multi-hop nature when none did), here a
+logistic regression over MiniLM embeddings of the question is trained on the same labels from arag's own runs.
+"""
+
+from __future__ import annotations
+
+from arag.programs import ircot  # noqa: F401  (registers the strategies)
+from arag.programs.adaptive_rag.router import open_classifier
+from arag.programs.baselines import no_retrieval, single_rag  # noqa: F401
+from arag.programs.frame.base import RAGProgram
+from arag.programs.frame.params import Param, passages_per_retrieval
+from arag.programs.frame.registry import build_program, register
+from arag.trace import shown_probability
+
+STRATEGIES = {"A": "no-retrieval", "B": "single-rag", "C": "ircot"}
+
+CLASSIFIER = Param("classifier", "lm", "lm: the configured LM labels each question; or the path of a router file "
+                                       "written by `arag train-router`", tunable=False)
+
+
+@register
+class AdaptiveRAG(RAGProgram):
+    """Adaptive-RAG: route each question to no retrieval, one retrieval, or IRCoT by its predicted complexity."""
+
+    name = "adaptive-rag"
+    params = (CLASSIFIER, passages_per_retrieval(5, "the single-step strategy's", searched=True, search_range=(1, 20)))
+    follows = ("the paper (Jeong et al., 2024); its trained classifier is a logistic regression over MiniLM "
+               "embeddings here (the paper's: T5-large), and classifier=lm asks the LM instead")
+
+    def __init__(self, retriever=None, **params):
+        super().__init__(retriever, **params)
+        self.router = open_classifier(self.classifier)
+        self.no_retrieval = build_program(STRATEGIES["A"], self.retriever)
+        self.single_step = build_program(STRATEGIES["B"], self.retriever, k=self.k)
+        self.multi_step = build_program(STRATEGIES["C"], self.retriever)
+        self.strategies = {"A": self.no_retrieval, "B": self.single_step, "C": self.multi_step}
+
+    def default_max_lm_calls(self) -> int:
+        return 1 + max(strategy.default_max_lm_calls() for strategy in self.strategies.values())
+
+    def run(self, question: str) -> dict:
+        routing = self.router.classify(question)
+        strategy = self.strategies[routing.label]
+        self.note("route", label=routing.label, strategy=strategy.name, classifier=str(self.router),
+                  **({"probabilities": {label: shown_probability(p) for label, p in routing.probabilities.items()}}
+                     if routing.probabilities else {}))
+        return strategy.run(question)

@@ -1,0 +1,219 @@
+"""Adaptive-RAG: routing by complexity to no retrieval, one retrieval or IRCoT; the trained router and its training."""
+
+import json
+
+import dspy
+import pytest
+from click.testing import CliRunner
+
+import arag.programs.adaptive_rag.adaptive_rag  # noqa: F401  (registers the program)
+from arag.cli import main
+from arag.errors import ConfigError
+from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router
+from arag.programs.frame.registry import build_program
+from arag.testing import Tokens, scripted_lm
+
+from fakes import TemplateRetriever
+
+QUESTION = "Which city is the capital of the country where the Danube ends?"
+
+
+def responder(label, answer="Paris"):
+    """Labels the question `label` (with its alternatives' probabilities), writes a one-sentence chain that gives
+    its answer, and answers `answer`."""
+    others = {other: 0.1 for other in "ABC" if other != label}
+
+    def respond(call):
+        fields = {}
+        for name in call.output_fields:
+            if name == "complexity":
+                fields[name] = Tokens([(label, 0.8, others)])
+            elif name == "continuation":
+                written = call.inputs.get("answer_so_far", "")
+                fields[name] = "" if written else f"So the answer is {answer}."
+            elif name == "reasoning":
+                fields[name] = "Step by step."
+            elif name == "answer":
+                fields[name] = answer
+        return fields
+
+    return respond
+
+
+def run(respond, question=QUESTION, **params):
+    retriever = TemplateRetriever()
+    lm = scripted_lm(respond, logprobs=True, top_logprobs=5)
+    with dspy.context(lm=lm):
+        prediction = build_program("adaptive-rag", retriever, **params)(question=question)
+    return prediction, lm.engine.count, retriever
+
+
+def route(prediction):
+    [step] = [step for step in prediction.trace if step["step"] == "route"]
+    return step
+
+
+def test_label_a_answers_without_retrieval():
+    prediction, calls, retriever = run(responder("A"))
+    assert route(prediction)["strategy"] == "no-retrieval"
+    assert retriever.queries == [] and prediction.retrieval_calls == 0
+    assert calls == prediction.lm_calls == 2  # the label, then the closed-book answer
+    assert prediction.answer == "Paris"
+
+
+def test_label_b_retrieves_once_with_the_programs_k():
+    prediction, calls, retriever = run(responder("B"), k=3)
+    assert route(prediction)["strategy"] == "single-rag"
+    assert retriever.queries == [QUESTION]
+    assert prediction.distinct_passages == 3
+    assert calls == 2
+
+
+def test_label_c_runs_ircot_exactly_as_ircot_alone():
+    prediction, calls, retriever = run(responder("C"))
+    alone_lm, alone_retriever = scripted_lm(responder("C")), TemplateRetriever()
+    with dspy.context(lm=alone_lm):
+        alone = build_program("ircot", alone_retriever)(question=QUESTION)
+    assert route(prediction)["strategy"] == "ircot"
+    assert calls == 1 + alone_lm.engine.count
+    assert retriever.queries == alone_retriever.queries
+    assert prediction.answer == alone.answer
+    assert [s["step"] for s in prediction.trace][1:] == [s["step"] for s in alone.trace]
+
+
+def test_the_route_records_each_labels_probability():
+    step = route(run(responder("B"))[0])
+    assert step["label"] == "B" and step["classifier"] == "lm"
+    assert step["probabilities"] == pytest.approx({"A": 0.1, "B": 0.8, "C": 0.1})
+
+
+def test_an_unreadable_label_routes_to_multi_step():
+    prediction, _, _ = run(responder("D"))
+    assert route(prediction)["label"] == "C"
+    [unreadable] = [s for s in prediction.trace if s["step"] == "unreadable"]
+    assert unreadable["signature"] == "ClassifyComplexity"
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "is not a router file"),
+    ("{not json", "is not JSON"),
+    ('{"format": "other"}', "format arag-router/1"),
+    ('{"format": "arag-router/1", "encoder": "x", "labels": ["A", "C"], "coef": [[1, 2], [3, 4]], '
+     '"intercept": [0]}', "do not fit together"),
+])
+def test_a_bad_router_file_is_named(tmp_path, content, problem):
+    path = tmp_path / "router.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=problem):
+        build_program("adaptive-rag", TemplateRetriever(), classifier=str(path))
+
+
+# --- training the router from runs --------------------------------------------------------------------------
+
+FRUITS = ["apple", "banana", "cherry", "grape", "lemon", "lime", "mango", "orange", "peach", "pear", "plum",
+          "kiwi", "melon", "papaya", "apricot", "fig", "guava", "date", "coconut", "pineapple"]
+FILMS = ["Blind Shaft", "The Mask of Fu Manchu", "Kiss and Tell", "Wearing Velvet Slippers", "The Third Man",
+         "Night Train", "Red River", "Stagecoach", "Rebecca", "Laura", "Gilda", "Notorious", "Vertigo", "Psycho",
+         "Casablanca", "Metropolis", "Nosferatu", "Sunrise", "Greed", "Wings"]
+LM_CALLS = {"no-retrieval": 1, "single-rag": 1, "ircot": 6}
+
+
+def write_run(folder, program, dataset, rows):
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"program": program, "dataset": dataset}))
+    with open(folder / "predictions.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps({"answers": ["x"], "trace": [], "lm_calls": LM_CALLS[program], **row}) + "\n")
+    return folder
+
+
+def strategy_runs(tmp_path, questions, correct, dataset="/data/hotpotqa/public.jsonl", name="hotpotqa"):
+    """One run per strategy over `questions` (id -> text); `correct[program]` holds the ids it answered."""
+    return [write_run(tmp_path / name / program, program, dataset,
+                      [{"id": qid, "question": text, "metrics": {"em": float(qid in correct.get(program, ())),
+                                                                 "f1": 0.5}}
+                       for qid, text in questions.items()])
+            for program in LM_CALLS]
+
+
+def test_labels_are_the_simplest_strategy_that_answered_else_the_datasets_nature(tmp_path):
+    questions = {"q1": "Who?", "q2": "When?", "q3": "Where?", "q4": "Why?"}
+    correct = {"no-retrieval": {"q1"}, "single-rag": {"q1", "q2"}, "ircot": {"q1", "q2", "q3"}}
+    multi = label_runs(strategy_runs(tmp_path, questions, correct))
+    assert {q.id: (q.label, q.by) for q in multi} == {"q1": ("A", "answer"), "q2": ("B", "answer"),
+                                                      "q3": ("C", "answer"), "q4": ("C", "dataset")}
+    single = label_runs(strategy_runs(tmp_path, questions, correct, "/data/nq_open/public.jsonl", "nq"))
+    assert {q.id: q.label for q in single}["q4"] == "B"
+    assert {q.id: q.lm_calls["C"] for q in single} == dict.fromkeys(questions, 6)
+
+
+def test_only_questions_every_strategy_answered_are_labelled(tmp_path):
+    runs = strategy_runs(tmp_path, {"q1": "Who?", "q2": "When?"}, {})
+    rows = (runs[1] / "predictions.jsonl").read_text().splitlines()
+    (runs[1] / "predictions.jsonl").write_text(rows[0] + "\n")
+    assert [q.id for q in label_runs(runs)] == ["q1"]
+
+
+def test_bad_run_sets_are_named(tmp_path):
+    runs = strategy_runs(tmp_path, {"q1": "Who?"}, {})
+    with pytest.raises(ConfigError, match="no run of ircot"):
+        label_runs(runs[:2])
+    with pytest.raises(ConfigError, match="a second no-retrieval run"):
+        label_runs([runs[0], *strategy_runs(tmp_path / "again", {"q1": "Who?"}, {})])
+    with pytest.raises(ConfigError, match="no 'match' score"):
+        label_runs(runs, metric="match")
+    unknown = strategy_runs(tmp_path, {"q1": "Who?"}, {}, "/data/mine/questions.jsonl", "mine")
+    with pytest.raises(ConfigError, match="--hops mine=single"):
+        label_runs(unknown)
+    assert label_runs(unknown, hops=parse_hops(["mine=single"]))[0].label == "B"
+    with pytest.raises(ConfigError, match="DATASET=single"):
+        parse_hops(["mine=triple"])
+    assert dataset_hops("2wikimultihopqa_dev1000", {}) == "multi"
+
+
+def fruit_and_film_runs(tmp_path):
+    """Closed-book answers right on fruit questions, every strategy wrong on film questions (multi-hop: C)."""
+    questions = {f"fruit-{i}": f"What colour is a ripe {fruit}?" for i, fruit in enumerate(FRUITS)}
+    questions |= {f"film-{i}": f"Who directed the film that was released the year after {film}?"
+                  for i, film in enumerate(FILMS)}
+    correct = {"no-retrieval": {qid for qid in questions if qid.startswith("fruit")}}
+    return strategy_runs(tmp_path, questions, correct)
+
+
+def test_the_trained_router_learns_the_labels_and_saves_calls(tmp_path):
+    out = tmp_path / "router.json"
+    report = train_router(label_runs(fruit_and_film_runs(tmp_path)), out, held_out=0.25, seed=1)
+    assert (report.questions, report.trained_on, report.held_out) == (40, 30, 10)
+    assert report.labels == {"A": 20, "C": 20} and report.labelled_by == {"answer": 20, "dataset": 20}
+    assert report.accuracy == 1.0 > report.majority_accuracy
+    assert report.lm_calls_routed < report.lm_calls_multi_step == 6
+    assert report.score_routed > report.score_multi_step == 0.0
+    assert json.loads(out.read_text())["trained_on"]["questions"] == 30
+
+    lm = scripted_lm(responder("C", answer="red"))
+    with dspy.context(lm=lm):
+        prediction = build_program("adaptive-rag", TemplateRetriever(), classifier=str(out))(
+            question="What colour is a ripe strawberry?")
+    step = route(prediction)
+    assert step["label"] == "A" and step["classifier"] == str(out)
+    assert step["probabilities"]["A"] > 0.5
+    assert lm.engine.count == 1  # the router makes no LM call: only the closed-book answer
+
+
+def test_one_label_only_cannot_train_a_router(tmp_path):
+    runs = strategy_runs(tmp_path, {f"q{i}": f"Question {i}?" for i in range(10)}, {})
+    with pytest.raises(ConfigError, match="every training question is labelled C"):
+        train_router(label_runs(runs), tmp_path / "router.json")
+
+
+def test_train_router_command(tmp_path):
+    out = tmp_path / "router.json"
+    result = CliRunner().invoke(main, ["train-router", *map(str, fruit_and_film_runs(tmp_path)), "--out", str(out),
+                                       "--held-out", "0.25"])
+    assert result.exit_code == 0, result.output
+    assert "router accuracy on the held-apart questions: 1.000" in result.output
+    assert "labelled 40 questions: A 20, B 0, C 20" in result.output
+    assert out.is_file()
+    bad = CliRunner().invoke(main, ["train-router", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert bad.exit_code == 2 and "is not a run folder" in bad.output
