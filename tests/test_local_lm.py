@@ -131,6 +131,10 @@ PROGRAMS = {
     "adaptive-note": {"k": 3, "t_rp": 6},
     "genground": {"k": 3, "max_hops": 2},
     "react": {"max_iters": 2},
+    "ircot": {"k": 2, "max_steps": 2},
+    "iter-retgen": {"k": 3},
+    "sure": {"k": 3},
+    "adaptive-rag": {"k": 3},
 }
 
 
