@@ -188,21 +188,23 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_path", required=True, type=click.Path(), help="Router file to write (JSON).")
 @click.option("--metric", default="em", show_default=True,
-              help="The runs' metric that says a strategy answered correctly (a score of 1).")
+              help="The runs' metric that says whether a strategy answered correctly.")
+@click.option("--correct-at", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="The --metric score at which an answer counts as correct (e.g. 0.5 for f1).")
 @click.option("--hops", "hop_pairs", multiple=True,
               help="DATASET=single|multi for a dataset arag does not know (repeatable).")
 @click.option("--held-out", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.2,
               show_default=True, help="Share of the questions kept apart to measure the router.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split and the classifier.")
-def train_router_command(runs: tuple[str, ...], out_path: str, metric: str, hop_pairs: tuple[str, ...],
-                         held_out: float, seed: int) -> None:
+def train_router_command(runs: tuple[str, ...], out_path: str, metric: str, correct_at: float,
+                         hop_pairs: tuple[str, ...], held_out: float, seed: int) -> None:
     """Train adaptive-rag's router from `arag eval` runs of no-retrieval, single-rag and ircot (RUN: their folders)."""
     from arag.optimizers.router_training import label_runs, parse_hops, train_router
 
     if not Path(out_path).parent.is_dir():
         raise ConfigError(f"cannot write {out_path}: its folder does not exist")
-    labelled = label_runs(runs, metric=metric, hops=parse_hops(hop_pairs))
-    report = train_router(labelled, out_path, held_out=held_out, seed=seed, metric=metric)
+    labelled = label_runs(runs, metric=metric, hops=parse_hops(hop_pairs), correct_at=correct_at)
+    report = train_router(labelled, out_path, held_out=held_out, seed=seed, metric=metric, correct_at=correct_at)
     for line in report.lines():
         click.echo(line)
     click.echo(f"wrote {out_path} (use it with --param classifier={out_path} --program adaptive-rag)")

@@ -1,11 +1,13 @@
 """Adaptive-RAG's router, trained from arag's own evaluation runs (Jeong et al., 2024, section 3.2).
 
-    arag train-router RUN... --out router.json [--metric em] [--hops DATASET=single|multi] [--held-out 0.2]
+    arag train-router RUN... --out router.json [--metric em] [--correct-at 1] [--hops DATASET=single|multi]
+                      [--held-out 0.2]
 
 The runs are folders written by `arag eval`: for each dataset, one run of each strategy (`no-retrieval`,
 `single-rag`, `ircot`) over the same questions. Each question is labelled as the paper labels it: A when the
-no-retrieval run answered it correctly (`--metric` at 1), else B when the single-step run did, else C when the
-multi-step run did; when none did, by its dataset's nature: B for a single-hop set, C for a multi-hop one.
+no-retrieval run answered it correctly (its `--metric` at least `--correct-at`, 1 by default), else B when the
+single-step run did, else C when the multi-step run did; when none did, by its dataset's nature: B for a
+single-hop set, C for a multi-hop one.
 A seeded share of the questions (`--held-out`) is kept apart; a logistic regression over all-MiniLM-L6-v2
 embeddings of the other questions is fitted and saved. On the held-apart questions: the router's accuracy (next
 to always answering the most frequent label), and what routing would have cost and scored, read from the runs,
@@ -66,13 +68,15 @@ class RouterReport:
     score_routed: float
     score_multi_step: float
     metric: str
+    correct_at: float
 
     def lines(self) -> list[str]:
         saved = 1 - self.lm_calls_routed / self.lm_calls_multi_step if self.lm_calls_multi_step else 0.0
         labels = ", ".join(f"{label} {self.labels.get(label, 0)}" for label in sorted(STRATEGIES))
         return [
             f"labelled {self.questions} questions: {labels} (by a correct answer {self.labelled_by.get('answer', 0)}"
-            f", by the dataset's nature {self.labelled_by.get('dataset', 0)}; --metric {self.metric})",
+            f", by the dataset's nature {self.labelled_by.get('dataset', 0)}; correct: {self.metric} >= "
+            f"{self.correct_at:g})",
             f"trained on {self.trained_on}, held apart {self.held_out}",
             f"router accuracy on the held-apart questions: {self.accuracy:.3f} "
             f"(always {self.majority_label}, the most frequent training label: {self.majority_accuracy:.3f})",
@@ -110,9 +114,10 @@ def dataset_hops(name: str, given: Mapping[str, str]) -> str:
     raise ConfigError(f"dataset {name!r}: is it single- or multi-hop? say so with --hops {name}=single|multi")
 
 
-def label_runs(folders: Sequence[str | Path], metric: str = "em",
-               hops: Mapping[str, str] | None = None) -> list[LabelledQuestion]:
-    """The questions that every strategy's run of their dataset holds, each with its silver label."""
+def label_runs(folders: Sequence[str | Path], metric: str = "em", hops: Mapping[str, str] | None = None,
+               correct_at: float = 1.0) -> list[LabelledQuestion]:
+    """The questions that every strategy's run of their dataset holds, each with its silver label (a strategy
+    answered correctly when its `metric` is at least `correct_at`)."""
     by_dataset: dict[str, dict[str, Run]] = {}
     strategy_label = {program: label for label, program in STRATEGIES.items()}
     for folder in folders:
@@ -138,7 +143,7 @@ def label_runs(folders: Sequence[str | Path], metric: str = "em",
         shared = [row for row in runs["A"].rows if all(row["id"] in rows[label] for label in STRATEGIES)]
         for row in shared:
             scores = {label: _score(rows[label][row["id"]], metric, runs[label].path) for label in STRATEGIES}
-            answered = [label for label in sorted(STRATEGIES) if scores[label] >= 1.0]
+            answered = [label for label in sorted(STRATEGIES) if scores[label] >= correct_at]
             labelled.append(LabelledQuestion(
                 id=str(row["id"]), question=row["question"], dataset=name,
                 label=answered[0] if answered else UNANSWERED_LABEL[nature],
@@ -159,7 +164,7 @@ def _score(row: dict[str, Any], metric: str, run: Path) -> float:
 
 
 def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_out: float = 0.2, seed: int = 0,
-                 metric: str = "em", encoder: str = DEFAULT_MODEL) -> RouterReport:
+                 metric: str = "em", correct_at: float = 1.0, encoder: str = DEFAULT_MODEL) -> RouterReport:
     """Fit the router on all but a seeded `held_out` share of the questions, save it to `out`, and measure it on
     that share."""
     if not 0 < held_out < 1:
@@ -176,12 +181,13 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
     train_labels = [q.label for q in train]
     if len(set(train_labels)) < 2:
         raise ConfigError(f"every training question is labelled {train_labels[0]}: a classifier needs two labels "
-                          "(more questions, or a more lenient --metric such as match)")
+                          "(more questions, or a more lenient --metric or --correct-at, such as f1 at 0.5)")
     regression = LogisticRegression(max_iter=1000, random_state=seed)
     regression.fit(embed_questions([q.question for q in train], encoder), train_labels)
     predicted = [str(label) for label in regression.predict(embed_questions([q.question for q in test], encoder))]
     write_router_file(out, regression, encoder, {
-        "questions": len(train), "labels": dict(Counter(train_labels)), "metric": metric, "seed": seed,
+        "questions": len(train), "labels": dict(Counter(train_labels)), "metric": metric,
+        "correct_at": correct_at, "seed": seed,
         "datasets": sorted({q.dataset for q in train}),
     })
     majority = Counter(train_labels).most_common(1)[0][0]
@@ -194,5 +200,5 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
         lm_calls_multi_step=statistics.fmean(q.lm_calls[MULTI_STEP] for q in test),
         score_routed=statistics.fmean(q.scores[p] for p, q in zip(predicted, test)),
         score_multi_step=statistics.fmean(q.scores[MULTI_STEP] for q in test),
-        metric=metric,
+        metric=metric, correct_at=correct_at,
     )

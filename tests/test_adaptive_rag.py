@@ -146,6 +146,10 @@ def test_labels_are_the_simplest_strategy_that_answered_else_the_datasets_nature
     single = label_runs(strategy_runs(tmp_path, questions, correct, "/data/nq_open/public.jsonl", "nq"))
     assert {q.id: q.label for q in single}["q4"] == "B"
     assert {q.id: q.lm_calls["C"] for q in single} == dict.fromkeys(questions, 6)
+    lenient = label_runs(strategy_runs(tmp_path / "f1", questions, correct), metric="f1", correct_at=0.5)
+    assert {q.label for q in lenient} == {"A"}  # every strategy scored f1 0.5: the simplest one answered
+    assert {q.label for q in label_runs(strategy_runs(tmp_path / "f1+", questions, correct), metric="f1",
+                                        correct_at=0.6)} == {"C"}
 
 
 def test_only_questions_every_strategy_answered_are_labelled(tmp_path):
