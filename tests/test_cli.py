@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import ujson
@@ -54,6 +55,42 @@ def test_eval_single_rag_over_http_on_hotpotqa(shared_dataset, tmp_path):
     summary = ujson.loads((out / "summary.json").read_text())
     assert summary["n"] == 12 and summary["params"] == {"k": 4, "reasoning": "cot"}
     assert summary["totals"]["lm_calls"] == 12 and summary["per_question"]["distinct_passages"] == 4
+
+
+def answers_every_new_signature(call):
+    """Labels questions multi-step, writes a one-sentence chain, proposes two candidates, supports both."""
+    fields = {}
+    for name in call.output_fields:
+        if name == "complexity":
+            fields[name] = "C"
+        elif name == "continuation":
+            fields[name] = "" if call.inputs.get("answer_so_far") else "So the answer is Chief of Protocol."
+        elif name.startswith("candidate_"):
+            fields[name] = ["Chief of Protocol", "Ambassador"][int(name[-1]) - 1]
+        elif name == "supports_candidate":
+            fields[name] = True
+        elif name == "more_informative":
+            fields[name] = "1"
+        else:
+            fields[name] = chief_of_protocol(call).get(name, "From the passages.")
+    return fields
+
+
+@pytest.mark.parametrize("program, lm_calls", [("ircot", 2), ("iter-retgen", 2), ("sure", 7), ("adaptive-rag", 3)])
+def test_eval_the_newer_methods_over_http_on_hotpotqa(shared_dataset, tmp_path, program, lm_calls):
+    hotpot = shared_dataset("hotpotqa")
+    out = tmp_path / "run"
+    with OpenAICompatibleServer(answers_every_new_signature) as server:
+        result = run_cli("eval", "--program", program, "--dataset", str(hotpot / "public.jsonl"),
+                         "--corpus", str(hotpot / "corpus.jsonl"), "--lm", f"openai/loopback-{uuid.uuid4().hex}",
+                         "--api-base", server.url, "--limit", "3", "--out", str(out))  # a model of its own: no cache
+        assert result.exit_code == 0, result.output
+        requests = [r for r in server.requests if r["path"].endswith("/chat/completions")]
+    rows = [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and not any("error" in r for r in rows)
+    assert [r["lm_calls"] for r in rows] == [lm_calls] * 3
+    assert 3 <= len(requests) <= 3 * lm_calls  # a repeated prompt inside a question is DSPy's cache's to answer
+    assert all(r["prediction"] == "Chief of Protocol" for r in rows)
 
 
 def test_programs_lists_parameters():
