@@ -195,7 +195,8 @@ class FLAREInstruct(RAGProgram):
             searches += 1
             if self.forbid_after_search:
                 self.write_without_searching(answer, searches_left=self.max_searches - searches)
-        return answer.finish(self, stop, searches=searches)
+        self.note("stop", reason=stop, searches=searches)
+        return answer.finish(self)
 
     def write_without_searching(self, answer: LongAnswer, searches_left: int) -> None:
         """The first `forbid_after_search` tokens after a search, with the search marker's tokens forbidden;

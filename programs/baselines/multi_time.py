@@ -123,12 +123,11 @@ class PreviousSentence(ActiveGeneration):
             return "the step limit is reached"
         return stop
 
-    def finish(self, answer: LongAnswer, stop: str) -> dict:
+    def finish(self, answer: LongAnswer) -> dict:
         """Without a reader, the short answer read from the written one; with one, the reader's answer from
         every passage held, the written answer kept as `long_answer`."""
         if self.reader == "none":
-            return super().finish(answer, stop)
-        self.note("stop", reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
+            return super().finish(answer)
         self.note("read", reader=self.reader, passage_ids=[passage.id for passage in answer.passages])
         prediction = self.generate_answer(passages=format_passages(answer.passages), question=answer.question)
         return {"answer": self.answered(prediction), "long_answer": answer.text}

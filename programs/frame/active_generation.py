@@ -85,10 +85,8 @@ class LongAnswer:
         self.pieces.append(piece.text)
         self.tokens_used += max(len(piece.tokens), 1)
 
-    def finish(self, program: RAGProgram, stop: str, **counts: int) -> dict:
-        """Record why writing stopped; the short answer read from the long one ("So the answer is X."), and the
-        long one."""
-        program.note("stop", reason=stop, **counts)
+    def finish(self, program: RAGProgram) -> dict:
+        """The short answer read from the long one ("So the answer is X."), and the long one."""
         short = final_answer(self.text)
         program.note("answer", answer=short)
         return {"answer": short, "long_answer": self.text}
@@ -123,11 +121,12 @@ class ActiveGeneration(RAGProgram):
             stop = self.stop_reason(answer)
             if stop:
                 break
-        return self.finish(answer, stop)
+        self.note("stop", reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
+        return self.finish(answer)
 
-    def finish(self, answer: LongAnswer, stop: str) -> dict:
+    def finish(self, answer: LongAnswer) -> dict:
         """The result once writing stops: the short answer read from the long one."""
-        return answer.finish(self, stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
+        return answer.finish(self)
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:
         """Retrieve from what is already written, before the next piece is drafted (passive baselines)."""
