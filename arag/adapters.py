@@ -34,6 +34,7 @@ FIELD_MARKUP_TOKENS = 12  # the field's key or header and its punctuation
 # One token per character: a string's grammar-enforced length then always fits its token budget, however the
 # model spells it (a small model repeating "0" writes one character per token; a cut string cannot parse).
 CHARS_PER_TOKEN = 1
+LENGTH_KEYWORDS = ("maxLength", "maxItems")  # left out for endpoints whose strict mode refuses them
 
 
 def field_chars(name: str, field: pydantic.fields.FieldInfo) -> int:
@@ -52,8 +53,19 @@ def _is_scalar(annotation: Any) -> bool:
     return annotation in (bool, int, float) or typing.get_origin(annotation) is typing.Literal
 
 
+def without_lengths(schema: Any) -> Any:
+    """A JSON schema without its `maxLength`/`maxItems` keywords, at any depth."""
+    if isinstance(schema, dict):
+        return {key: without_lengths(value) for key, value in schema.items()
+                if key not in LENGTH_KEYWORDS or not isinstance(value, int)}
+    if isinstance(schema, list):
+        return [without_lengths(item) for item in schema]
+    return schema
+
+
 def field_schema(name: str, field: pydantic.fields.FieldInfo, *, lengths: bool = True) -> dict[str, Any]:
-    """The JSON schema of one output field; strings carry their length budget as `maxLength`."""
+    """The JSON schema of one output field; strings carry their length budget as `maxLength`. `lengths=False`
+    leaves length keywords out, those of a type's own schema too."""
     annotation = field.annotation
     if annotation is str:
         return {"type": "string", **({"maxLength": field_chars(name, field)} if lengths else {})}
@@ -62,7 +74,7 @@ def field_schema(name: str, field: pydantic.fields.FieldInfo, *, lengths: bool =
         return {"type": "array", "items": item, **({"maxItems": LIST_ITEMS} if lengths else {})}
     schema = pydantic.TypeAdapter(annotation).json_schema()
     schema.pop("title", None)
-    return schema
+    return schema if lengths else without_lengths(schema)
 
 
 def output_schema(signature: type[dspy.Signature], *, lengths: bool = True) -> dict[str, Any]:

@@ -5,6 +5,7 @@ import uuid
 import zlib
 
 import dspy
+import jsonschema
 import pytest
 import ujson
 from click.testing import CliRunner
@@ -12,10 +13,12 @@ from click.testing import CliRunner
 import arag.programs.baselines.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
 import arag.programs.baselines.react  # noqa: F401  (registers react)
 import arag.programs.baselines.self_ask  # noqa: F401  (registers self-ask)
+from arag.adapters import output_schema
 from arag.cli import main
 from arag.errors import ConfigError
+from arag.lm import build_lm
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
-from arag.programs.baselines.react import ReActSearch
+from arag.programs.baselines.react import ARGUMENT_CHARS, ReActSearch
 from arag.programs.baselines.self_ask import SelfAsk
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize
 from arag.trace import shown_probability
@@ -229,6 +232,79 @@ def test_react_stops_at_max_iters():
     endless = [f"Search number {n}" for n in range(10)]
     prediction, engine, retriever = run(ReActSearch, react_agent(endless, []), max_iters=2)
     assert retriever.queries == endless[:2] and engine.count == 2 + 1
+
+
+SCHEMA_SHAPED = {"query": {"type": "string", "value": "Shirley Temple"}}  # what a small model wrote, unconstrained
+
+
+def scripted_steps(calls, prompts):
+    """Takes the steps `calls` ((tool, args) pairs) in order, then the answer; records each step's prompt."""
+
+    def respond(call):
+        if "next_tool_name" not in call.output_fields:
+            return {"reasoning": "From the trajectory.", "answer": "Chief of Protocol"}
+        prompts.append(call.prompt)
+        tool, args = calls[len(prompts) - 1]
+        return {"next_thought": f"Next: {tool}.", "next_tool_name": tool, "next_tool_args": args}
+
+    return respond
+
+
+def test_react_step_schema_holds_each_tool_to_its_own_arguments():
+    with OpenAICompatibleServer(scripted_steps([("finish", {})], [])) as server:
+        lm = build_lm(f"openai/react-{uuid.uuid4().hex}", api_base=server.url)
+        with dspy.context(lm=lm):
+            ReActSearch(TemplateRetriever(FOUND_FOR))(question=QUESTION)
+    step_format = server.requests[0]["body"]["response_format"]["json_schema"]
+    properties = step_format["schema"]["properties"]
+    assert step_format["strict"] is True and properties["next_tool_name"]["enum"] == ["search", "finish"]
+    search_args = {"type": "object", "properties": {"query": {"type": "string", "maxLength": ARGUMENT_CHARS}},
+                   "required": ["query"], "additionalProperties": False}
+    finish_args = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+    assert properties["next_tool_args"] == {"anyOf": [search_args, finish_args]}
+    jsonschema.validate({"query": "Shirley Temple"}, properties["next_tool_args"])
+    jsonschema.validate({}, properties["next_tool_args"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(SCHEMA_SHAPED, properties["next_tool_args"])
+
+
+def test_react_step_schema_without_lengths_keeps_the_arguments_closed():
+    step = ReActSearch(TemplateRetriever(FOUND_FOR)).agent.react.signature
+    unbounded = output_schema(step, lengths=False)["properties"]["next_tool_args"]
+    assert "maxLength" not in str(unbounded)
+    assert [branch["required"] for branch in unbounded["anyOf"]] == [["query"], []]
+    assert all(branch["additionalProperties"] is False for branch in unbounded["anyOf"])
+
+
+def test_react_records_a_failed_tool_call_as_an_observation_and_counts_it():
+    prompts = []
+    calls = [("search", SCHEMA_SHAPED), ("search", {"query": FOLLOW_UPS[0]}), ("finish", {})]
+    prediction, engine, retriever = run(ReActSearch, scripted_steps(calls, prompts))
+    assert [s["step"] for s in prediction.trace] == [
+        "act", "observation", "act", "retrieve", "observation", "act", "observation", "answer"]
+    failed = prediction.trace[1]
+    assert failed["tool"] == "search" and failed["error"].startswith("ValueError: Arg query is invalid")
+    assert "observation" not in failed
+    assert "Execution error in search" in prompts[1]  # the LM reads the error in its trajectory too
+    assert retriever.queries == FOLLOW_UPS[:1]
+    assert prediction.failed_tool_calls == 1 and prediction.retrieval_calls == 1
+    assert engine.count == prediction.lm_calls == 3 + 1
+
+
+def test_react_records_a_good_search_with_its_passages():
+    calls = [("search", {"query": FOLLOW_UPS[0]}), ("finish", {})]
+    prediction, _, _ = run(ReActSearch, scripted_steps(calls, []), k=2)
+    act, retrieve, observation, finish, completed = prediction.trace[:5]
+    assert (act["step"], act["tool"], act["args"], act["thought"]) == (
+        "act", "search", {"query": FOLLOW_UPS[0]}, "Next: search.")
+    assert retrieve["query"] == FOLLOW_UPS[0] and retrieve["why"] == "react search"
+    assert [p["id"] for p in retrieve["passages"]] == [f"{FOLLOW_UPS[0]}#0", f"{FOLLOW_UPS[0]}#1"]
+    assert observation == {"step": "observation", "tool": "search", "observation": [
+        f"[1] About {FOLLOW_UPS[0]} | Passage 0 found for: {FOLLOW_UPS[0]}",
+        f"[2] About {FOLLOW_UPS[0]} | Passage 1 found for: {FOLLOW_UPS[0]}"]}
+    assert (finish["tool"], completed) == ("finish", {"step": "observation", "tool": "finish",
+                                                      "observation": "Completed."})
+    assert prediction.failed_tool_calls == 0
 
 
 # --- arag eval over a loopback server ------------------------------------------------------------------

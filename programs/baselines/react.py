@@ -1,36 +1,107 @@
 """ReAct (Yao et al., 2023) over the corpus: `dspy.ReAct` reasons, calls a search tool backed by the
-retriever, and answers once it has what it needs."""
+retriever, and answers once it has what it needs.
+
+Each step's output is decoded under a schema that holds the tool's arguments to that tool's own argument
+object: `next_tool_name` is one of the tools, `next_tool_args` one of their argument objects (closed, every
+argument required, strings bounded), so that a schema-constrained model cannot write a schema-shaped or
+free-form object where a search query belongs. The schema cannot tie the arguments to the name chosen before
+them (a root-level `anyOf` would, and OpenAI's structured outputs refuse one): a search called with the
+finish tool's empty arguments fails like any other tool call.
+
+The trace holds every step as it happens: an `act` step (thought, tool, arguments), the tool's `retrieve`
+step, and an `observation` step with what the tool returned or the error it raised (which the LM reads in
+its trajectory as well). The prediction counts the failed tool calls (`failed_tool_calls`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import dspy
 from dspy.utils.exceptions import AdapterParseError
+from pydantic_core import core_schema
 
 from arag.passages import format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.signatures.generation import AnswerBySearching
-from arag.trace import note
+from arag.trace import current_trace, note
 
 MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30,
                   searched=True, search_range=(1, 10))
+ARGUMENT_CHARS = 200  # a tool's string argument (a search query); within the adapter's token budget for the field
+ERROR_CHARS = 300
+
+
+def arguments_schema(tool: dspy.Tool) -> dict[str, Any]:
+    """A tool's arguments as one closed JSON object: every argument required, strings at most ARGUMENT_CHARS."""
+    properties = {name: {"maxLength": ARGUMENT_CHARS, **schema} if schema.get("type") == "string" else schema
+                  for name, schema in tool.args.items()}
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def tool_arguments(tools: Mapping[str, dspy.Tool]) -> type:
+    """The type of a step's `next_tool_args`: parsed as a dict, described (and decoded) as one of the tools'
+    argument objects."""
+    schema = {"anyOf": [arguments_schema(tool) for tool in tools.values()]}
+
+    class ToolArguments(dict):
+        @classmethod
+        def __get_pydantic_core_schema__(cls, source, handler):
+            return core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema())
+
+        @classmethod
+        def __get_pydantic_json_schema__(cls, schema_of_core, handler):
+            return schema
+
+    return ToolArguments
+
+
+class ObservedTool(dspy.Tool):
+    """A tool whose every call is recorded as an `observation` step: what it returned, or the error it raised."""
+
+    @classmethod
+    def of(cls, tool: dspy.Tool) -> ObservedTool:
+        return cls(tool.func, name=tool.name, desc=tool.desc, args=tool.args, arg_types=tool.arg_types)
+
+    def __call__(self, **kwargs):
+        try:
+            result = super().__call__(**kwargs)
+        except Exception as exc:  # noqa: BLE001 — recorded, then raised on to ReAct, which shows it to the LM
+            note("observation", tool=self.name, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
+            raise
+        note("observation", tool=self.name, observation=result)
+        return result
 
 
 class _ReAct(dspy.ReAct):
-    """`dspy.ReAct` that ends the trajectory on an unreadable step, as it does on an invalid tool choice
-    (DSPy 3.4.1 ends it on ValueError only, and AdapterParseError is not one). The answer is then extracted
-    from the trajectory so far; an unreadable extraction still fails the question."""
+    """`dspy.ReAct` with each tool's arguments decoded under that tool's schema and every step recorded.
+
+    It also ends the trajectory on an unreadable step, as it does on an invalid tool choice (DSPy 3.4.1 ends it
+    on ValueError only, and AdapterParseError is not one). The answer is then extracted from the trajectory so
+    far; an unreadable extraction still fails the question."""
+
+    def __init__(self, signature: type[dspy.Signature], tools: list[dspy.Tool], max_iters: int) -> None:
+        super().__init__(signature, tools=tools, max_iters=max_iters)
+        self.tools = {name: ObservedTool.of(tool) for name, tool in self.tools.items()}
+        self.react.signature = self.react.signature.with_updated_fields("next_tool_args",
+                                                                        type_=tool_arguments(self.tools))
 
     def _call_with_potential_trajectory_truncation(self, module, trajectory, **input_args):
         try:
-            return super()._call_with_potential_trajectory_truncation(module, trajectory, **input_args)
+            prediction = super()._call_with_potential_trajectory_truncation(module, trajectory, **input_args)
         except AdapterParseError as exc:
             if module is self.extract:
                 raise
             note("unreadable", signature=module.signature.__name__, fallback="end the trajectory",
-                 error=str(exc).splitlines()[0][:300])
+                 error=str(exc).splitlines()[0][:ERROR_CHARS])
             raise ValueError(str(exc)) from exc
+        if module is self.react:
+            note("act", thought=prediction.next_thought, tool=prediction.next_tool_name,
+                 args=dict(prediction.next_tool_args))
+        return prediction
 
 
 @register
@@ -45,12 +116,11 @@ class ReActSearch(RAGProgram):
         self.agent = _ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters)
 
     def run(self, question: str) -> dict:
+        steps = current_trace().steps
+        before = len(steps)
         prediction = self.agent(question=question)
-        trajectory = prediction.trajectory
-        for index in range(sum(key.startswith("thought_") for key in trajectory)):
-            self.note("act", index=index, thought=trajectory[f"thought_{index}"],
-                      tool=trajectory[f"tool_name_{index}"], args=trajectory[f"tool_args_{index}"])
-        return {"answer": self.answered(prediction)}
+        failed = sum(step["step"] == "observation" and "error" in step for step in steps[before:])
+        return {"answer": self.answered(prediction), "failed_tool_calls": failed}
 
     def search(self, query: str) -> list[str]:
         """Search the corpus: the passages that best match the query, as `[rank] Title | text`."""
