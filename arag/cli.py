@@ -57,6 +57,8 @@ def programs_command() -> None:
         click.echo(f"{name}  — {(cls.__doc__ or sys.modules[cls.__module__].__doc__ or '').strip().splitlines()[0]}")
         if cls.follows:
             click.echo(f"    follows {cls.follows}")
+        for departure in cls.departures:
+            click.echo(f"    departs: {departure}")
         for param in cls.params:
             click.echo(f"    {param.describe()}")
         for preset, values in cls.presets.items():

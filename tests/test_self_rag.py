@@ -560,15 +560,39 @@ def test_arag_eval_runs_self_rag_over_a_loopback_server(critics, shared_dataset,
         assert {row["prediction"] for row in rows} == {"Somebody"}
 
 
-def test_the_long_form_retrieval_rule_counts_continue_for_retrieval():
+def test_the_long_form_retrieval_ratio_counts_continue_for_retrieval():
     from arag.programs.self_rag.self_rag import retrieve_probability
 
     probabilities = {"yes": 0.2, "no": 0.5, "continue": 0.3}
     assert retrieve_probability(probabilities) == pytest.approx(0.2 / 0.7)
     assert retrieve_probability(probabilities, "long-form") == pytest.approx(0.5 / 0.7)
-    decide = {"yes": math.log(0.2), "no": math.log(0.5), "continue": math.log(0.3)}
-    for rule, retrieved in (("normalised", False), ("long-form", True)):
-        program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, delta=0.5, retrieve_rule=rule)
-        with dspy.context(lm=scripted_lm(prompted_responder(decide=decide))):
+
+
+@pytest.mark.parametrize("later, delta, decisions", [
+    # The model writes [No Retrieval]: the long-form code overrules it, (0.2 + 0.3) / 0.7 > 0.5.
+    ({"yes": 0.2, "no": 0.5, "continue": 0.3}, 0.5, {"normalised": ["no", "no"], "long-form": ["no", "retrieve"]}),
+    # The model writes [Retrieval]: the long-form code retrieves, though no ratio passes 0.9.
+    ({"yes": 0.5, "no": 0.4, "continue": 0.1}, 0.9, {"normalised": ["no", "no"], "long-form": ["no", "retrieve"]}),
+])
+def test_the_long_form_rule_decides_the_first_segment_by_the_ratio_then_by_the_written_token(later, delta,
+                                                                                            decisions):
+    first = {"yes": 0.2, "no": 0.5, "continue": 0.3}  # 0.29 by the ratio, 0.71 with continue: no retrieval first
+
+    def respond(call):
+        field = call.output_fields[-1]
+        if field == "retrieve":
+            chosen = later if call.inputs["answer_so_far"] else first
+            return {"retrieve": label_tokens({label: math.log(p) for label, p in chosen.items()})}
+        if field == "continuation":
+            return {"continuation": "She was an actress. She served as Chief of Protocol."}
+        return prompted_responder()(call)
+
+    for rule, expected in decisions.items():
+        program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=2, delta=delta,
+                                retrieve_rule=rule)
+        with dspy.context(lm=scripted_lm(respond)):
             pred = program(question=QUESTION)
-        assert (steps(pred, "retrieval_decision")[0]["decision"] == "retrieve") == retrieved, rule
+        made = steps(pred, "retrieval_decision")
+        assert [d["decision"] for d in made] == expected, rule
+        assert [d["rule"] for d in made] == ["normalised", rule]
+        assert pred.retrieval_calls == expected.count("retrieve")

@@ -30,6 +30,7 @@ class RAGProgram(dspy.Module):
     params: ClassVar[Sequence[Param]] = ()
     presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {}  # named parameter sets, e.g. an official setting
     follows: ClassVar[str] = ""  # what follows the paper and what the official code (details: the module docstring)
+    departures: ClassVar[Sequence[str]] = ()  # each choice kept against the paper or the official code, with its source
     needs_retriever: ClassVar[bool] = True
 
     def __init__(self, retriever: Retriever | None = None, *, preset: str | None = None, **params: Any) -> None:

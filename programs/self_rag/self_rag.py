@@ -4,7 +4,8 @@ candidate, and keep the best ones in a segment-level beam search.
 For each segment t and each path y<t in the beam:
 1. Decide retrieval. `adaptive`: retrieve when p(Retrieve=yes), normalised over {yes, no}, exceeds
    `delta`; otherwise, when the last segment was written from a passage and "continue" outweighs "no",
-   keep using that passage. `always` and `never` skip the decision.
+   keep using that passage (`retrieve_rule=long-form` decides as the official long-form code does, below).
+   `always` and `never` skip the decision.
 2. Retrieving: the top k passages for (x, y_{t-1}); for each passage d write a candidate y_t and critique
    it: IsREL(x, d), IsSUP(x, d, y_t), IsUSE(x, y<=t). Not retrieving: one candidate, IsUSE only.
 3. Score each candidate f = S + w_rel * rel + w_sup * sup + w_use * use, with the official definitions:
@@ -31,9 +32,15 @@ Candidates and critiques come from one of two back-ends with the same interface 
 
 Every probability here is exp(log-probability) normalised over its group. The retrieval decision compares
 delta with p(yes) / (p(yes) + p(no)) by default; the official short-form code (run_short_form.py) divides
-the raw log-probabilities instead, where probabilities are meant, which is not reproduced; the official
-long-form code (run_long_form_static.py) compares (p(yes) + p(continue)) / (p(yes) + p(no)), which
-`retrieve_rule=long-form` reproduces (it retrieves more often: the continue mass counts for retrieval).
+the raw log-probabilities instead, where probabilities are meant, which is not reproduced.
+`retrieve_rule=long-form` decides as the official long-form code (run_long_form_static.py) does: before the
+first segment, retrieve when p(yes) / (p(yes) + p(no)) exceeds delta; after a segment, by the retrieval token
+the model writes next (its group's most probable): [Retrieval] retrieves, [Continue to Use Evidence] keeps
+the passage, and [No Retrieval] is overruled to retrieve when (p(yes) + p(continue)) / (p(yes) + p(no))
+exceeds delta (it retrieves more often: the continue mass counts for retrieval).
+
+The utility weight w_use is the paper's 0.5; the official run_short_form.py defaults --w_use to 1.0 and its
+README's commands keep that default (`w_use=1.0` reproduces it).
 """
 
 from __future__ import annotations
@@ -66,15 +73,16 @@ MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delt
 DELTA = Param("delta", 0.2, "retrieve when p(yes) normalised over {yes, no} exceeds this; larger, fewer retrievals",
               low=0.0, high=1.0, searched=True)
 RETRIEVE_RULE = Param("retrieve_rule", "normalised",
-                      "what delta is compared with: normalised, p(yes)/(p(yes)+p(no)); long-form, the official "
-                      "long-form code's (p(yes)+p(continue))/(p(yes)+p(no))", choices=("normalised", "long-form"),
-                      tunable=False)
+                      "normalised: retrieve when p(yes)/(p(yes)+p(no)) > delta, every segment; long-form, the "
+                      "official long-form code: that ratio before the first segment, then the model's next "
+                      "retrieval token, a [No Retrieval] overruled when (p(yes)+p(continue))/(p(yes)+p(no)) > delta",
+                      choices=("normalised", "long-form"), tunable=False)
 W_REL = Param("w_rel", 1.0, "weight of the relevance critique (IsREL) in a candidate's score", low=0.0, high=5.0,
               searched=True, search_range=(0.0, 2.0))
 W_SUP = Param("w_sup", 1.0, "weight of the support critique (IsSUP) in a candidate's score", low=0.0, high=5.0,
               searched=True, search_range=(0.0, 2.0))
-W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score", low=0.0, high=5.0,
-              searched=True, search_range=(0.0, 2.0))
+W_USE = Param("w_use", 0.5, "weight of the utility critique (IsUSE) in a candidate's score (the paper's 0.5; the "
+              "official short-form code's default is 1.0)", low=0.0, high=5.0, searched=True, search_range=(0.0, 2.0))
 BEAM_WIDTH = Param("beam_width", 2, "paths kept after each segment (B)", low=1, high=16, tunable=False)
 MAX_DEPTH = Param("max_depth", 1, "most segments per answer (T): 1 is short-form; the official long-form setting is 6",
                   low=1, high=20, tunable=False)
@@ -100,6 +108,9 @@ class SelfRAG(RAGProgram):
     name = "self-rag"
     follows = ("the paper (Asai et al., 2023), the segment score as the official run_short_form.py computes it; "
                "retrieve_rule=long-form: the official run_long_form_static.py")
+    departures = ("w_use=0.5, the paper's; the official run_short_form.py defaults --w_use to 1.0",
+                  "retrieval is decided with probabilities; the official run_short_form.py divides the raw "
+                  "log-probabilities of [Retrieval] and [No Retrieval], which inverts the comparison with delta")
     params = SELF_RAG_PARAMS
 
     def __init__(self, retriever=None, **params):
@@ -151,20 +162,31 @@ class SelfRAG(RAGProgram):
         return [self.candidate(question, path, None, depth, len(children) + 1, last)]
 
     def decide(self, question: str, path: Path, depth: int) -> str:
-        """What precedes the next segment: retrieve, continue (with the last segment's passage) or no."""
+        """What precedes the next segment: retrieve, continue (with the last segment's passage) or no.
+        normalised: retrieve when p(yes) / (p(yes) + p(no)) > delta, else continue when continue outweighs no.
+        long-form, after a segment: the retrieval token the model writes next, [No Retrieval] overruled to
+        retrieve when (p(yes) + p(continue)) / (p(yes) + p(no)) > delta."""
         if self.mode != "adaptive":
             action = "retrieve" if self.mode == "always" else "no"
             self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, decision=action)
             return action
         probabilities = self.backend.retrieval(question, segments_of(path))
-        p_retrieve = retrieve_probability(probabilities, self.retrieve_rule)
-        if p_retrieve > self.delta:
+        rule = self.retrieve_rule if path else "normalised"  # before the first segment the two rules agree
+        p_retrieve = retrieve_probability(probabilities, rule)
+        if rule == "long-form":
+            written = max(probabilities, key=probabilities.get)
+            retrieve = written == "yes" or written == "no" and p_retrieve > self.delta
+            keep_passage = written == "continue"
+        else:
+            retrieve = p_retrieve > self.delta
+            keep_passage = probabilities["continue"] > probabilities["no"]
+        if retrieve:
             action = "retrieve"
-        elif path and path[-1].segment.passage is not None and probabilities["continue"] > probabilities["no"]:
+        elif keep_passage and path and path[-1].segment.passage is not None:
             action = "continue"
         else:
             action = "no"
-        self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode,
+        self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, rule=rule,
                   p_retrieve=round(p_retrieve, 6), delta=self.delta, probabilities=rounded(probabilities),
                   decision=action)
         return action
@@ -260,7 +282,8 @@ def critique_scores(critiques: Mapping[str, Mapping[str, float]]) -> dict[str, f
 
 def retrieve_probability(probabilities: Mapping[str, float], rule: str = "normalised") -> float:
     """What is compared with delta. `normalised`: p(yes) / (p(yes) + p(no)), in [0, 1]. `long-form`: the official
-    long-form code's (p(yes) + p(continue)) / (p(yes) + p(no)), which can exceed 1. 0 when the denominator is 0."""
+    long-form code's (p(yes) + p(continue)) / (p(yes) + p(no)) after a segment, which can exceed 1. 0 when the
+    denominator is 0."""
     # Probabilities, not log-probabilities: the official short-form code divides the raw log-probabilities
     # of [Retrieval] and [No Retrieval] here, which inverts the comparison with delta.
     total = probabilities["yes"] + probabilities["no"]
