@@ -12,16 +12,21 @@ space-insensitively) is refused and asked for once more, telling the LM which qu
 (one more call); a second repeat stops the loop with reason `repeated_query` (that iteration
 made its two query calls and nothing else).
 
-Passages are deduplicated by id across steps: each update sees only the passages not retrieved
-before, and RP counts distinct passages.
+Collection never passes T_RP: the new passages the last update reads are cut to the T_RP - RP still
+allowed, and those cut are dropped, as if never retrieved (its retrieval step lists them as `cut_ids`; the
+run's distinct passages leave them out). This is the official code's trim; the paper checks the rule before
+each iteration only, so RP could end up to k-1 above T_RP.
 
-`query_style=paper` (default) follows the paper: one query per iteration, P_t = ret(q_t, k), and RP may
-end above T_RP by up to k-1 (the rule is checked before each iteration). `query_style=official` follows
-the official code (thunlp/Adaptive-Note, src/main.py): two queries per iteration, each retrieved with
-"query\nquestion", and the last retrieval trimmed so that RP never exceeds T_RP. When the LM returns
-log-probabilities (an LM built with `logprobs=True, top_logprobs=k`), the trace records the reviewer's
-probability that the new note is better (`p_better`, normalised over True/False); without them the verdict
-is recorded alone.
+`query_style=paper` (default) follows the paper: one query q_t per iteration, P_t = ret(q_t, k), and the
+update reads only the passages not retrieved before (passages are told apart by id). `query_style=official`
+follows the official code (thunlp/Adaptive-Note, src/main.py, `retrieve_note`): the LM proposes at most two
+new questions at once, and one retrieval per iteration searches them and the question, joined by newlines
+and cut to their first 500 characters; the update reads all k passages retrieved, those seen before too,
+unless that could pass T_RP, when it reads only the unseen ones, cut to the T_RP - RP still allowed. In both
+styles RP counts distinct passages, and a proposal that repeats an asked query is refused (the paper's
+q_t not in Q_ask; the official code does not check). When the LM returns log-probabilities (an LM built
+with `logprobs=True, top_logprobs=k`), the trace records the reviewer's probability that the new note is
+better (`p_better`, normalised over True/False); without them the verdict is recorded alone.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import re
 import dspy
 
 from arag.lm import has_top_logprobs, label_probabilities
-from arag.passages import dedup, format_passages
+from arag.passages import Passage, dedup, format_passages
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import judged
@@ -45,7 +50,7 @@ from arag.signatures.notes import (
     WriteLongAnswerFromNote,
     WriteNote,
 )
-from arag.trace import shown_probability
+from arag.trace import current_trace, shown_probability
 
 T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10,
              searched=True, search_range=(1, 3))
@@ -56,20 +61,22 @@ T_RP = Param("t_rp", 15, "stop once this many distinct passages were retrieved",
 QUERY_WITH_QUESTION = Param("query_with_question", False,
                             "retrieve with the new query followed by the question instead of the query alone "
                             "(query_style=official always does)")
-QUERY_STYLE = Param("query_style", "paper", "paper: one query per iteration, retrieved alone; official: two, "
-                    "each retrieved with the question, the last retrieval trimmed to T_RP",
-                    choices=("paper", "official"), tunable=False)
+QUERY_STYLE = Param("query_style", "paper", "paper: one query per iteration, retrieved alone, the update reading "
+                    "only unseen passages; official: at most two queries, retrieved once together with the "
+                    "question, the update reading all k passages", choices=("paper", "official"), tunable=False)
 ANSWER_STYLE = Param("answer_style", "short", "a few words (multi-hop QA) or a guided long form (long-form QA)",
                      choices=("short", "long"), tunable=False)
 
 REPEATED_QUERY = "repeated_query"
+OFFICIAL_QUERIES = 2  # new questions per iteration in the official code
+OFFICIAL_QUERY_CHARS = 500  # the official search text is cut to this many characters
 
 
 @register
 class AdaptiveNote(RAGProgram):
     name = "adaptive-note"
-    follows = ("the paper (Wang et al., 2024) by default; query_style=official: the official code "
-               "(thunlp/Adaptive-Note, src/main.py)")
+    follows = ("the paper (Wang et al., 2024) by default, collection cut at T_RP as the official code does; "
+               "query_style=official: the official code's iteration (thunlp/Adaptive-Note, src/main.py)")
     params = (T_IU, T_CI, T_RP, passages_per_retrieval(5), QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
 
     def __init__(self, retriever=None, **params):
@@ -97,15 +104,13 @@ class AdaptiveNote(RAGProgram):
                 break
             asked.extend(queries)
             iterations += 1
-            retrieved = [p for q in queries for p in self.retrieve(self.search_text(q, question), why="next query")]
-            new = dedup(retrieved, set(seen))
-            if self.query_style == "official":
-                new = new[: max(self.t_rp - len(seen), 0)]
-            seen.update(p.id for p in new)
-            note = self.update_note(question=question, note=best_note, passages=format_passages(new)).updated_note
-            new_ids = [p.id for p in new]
-            self.note("note", iteration=iterations, query=" | ".join(queries), new_ids=new_ids,
-                      seen_ids=list(dict.fromkeys(p.id for p in retrieved if p.id not in new_ids)), note=note)
+            retrieved, read = self.collect(question, queries, seen)
+            new_ids = [p.id for p in read if p.id not in seen]
+            seen_ids = list(dict.fromkeys(p.id for p in retrieved if p.id in seen))
+            seen.update(new_ids)
+            note = self.update_note(question=question, note=best_note, passages=format_passages(read)).updated_note
+            self.note("note", iteration=iterations, query=" | ".join(queries), new_ids=new_ids, seen_ids=seen_ids,
+                      note=note)
 
             # Adaptive memory review: N_t -> M_opt when better, else an invalid update.
             if self.review(question, best_note, note, iterations):
@@ -129,9 +134,31 @@ class AdaptiveNote(RAGProgram):
             return "t_rp"
         return None
 
+    def collect(self, question: str, queries: list[str], seen: set[str]) -> tuple[list[Passage], list[Passage]]:
+        """P_t: the passages taken from the retrieval for the new queries, and those the update reads, never more
+        new ones than the T_RP - RP still allowed (the retrieval step lists the ones cut as `cut_ids`).
+        paper: ret(q_t, k), the unseen passages read; official: one retrieval for the queries and the question,
+        all k read unless that could pass T_RP, then the unseen ones."""
+        if self.query_style == "paper":
+            query, why = self.search_text(queries[0], question), "next query"
+        else:
+            query, why = "\n".join([*queries, question])[:OFFICIAL_QUERY_CHARS], "next queries"
+        found = self.retriever.retrieve(query, self.k)
+        unseen = dedup(found, set(seen))
+        reads_all = self.query_style == "official" and len(seen) + self.k <= self.t_rp
+        read = found if reads_all else unseen[: self.t_rp - len(seen)]
+        cut = {p.id for p in unseen} - {p.id for p in read}
+        taken = [p for p in found if p.id not in cut]
+        trace = current_trace()
+        if trace is not None:
+            step = trace.retrieval(query, taken, why=why, k=self.k)
+            if cut:
+                step["cut_ids"] = [p.id for p in unseen if p.id in cut]
+        return taken, read
+
     def next_queries(self, question: str, best_note: str, asked: list[str], iteration: int) -> list[str]:
-        """New queries (one, or two in the official style); one retry when every proposal repeats an asked
-        query, then none."""
+        """New queries (one, or at most two in the official style); one retry when every proposal repeats an
+        asked query, then none."""
         asked_keys = {query_key(q) for q in asked}
         rejected: list[str] = []
         for _ in range(2):
@@ -140,7 +167,7 @@ class AdaptiveNote(RAGProgram):
                                                rejected_query=rejected[0] if rejected else "").query]
             else:
                 proposed = self.propose_query(question=question, note=best_note, asked_queries=asked,
-                                              rejected_queries=rejected).queries
+                                              rejected_queries=rejected).queries[:OFFICIAL_QUERIES]
             fresh = []
             for query in (q.strip() for q in proposed):
                 repeated = query_key(query) in asked_keys or query_key(query) in {query_key(f) for f in fresh}
@@ -153,8 +180,7 @@ class AdaptiveNote(RAGProgram):
         return []
 
     def search_text(self, query: str, question: str) -> str:
-        with_question = self.query_with_question or self.query_style == "official"
-        return f"{query}\n{question}" if with_question else query
+        return f"{query}\n{question}" if self.query_with_question else query
 
     def review(self, question: str, best_note: str, new_note: str, iteration: int) -> bool:
         """f_c(N_t, M_opt): is the new note better? Recorded with its probability when log-probabilities exist;

@@ -51,15 +51,27 @@ class NoteScript:
         if kind == "query":
             index = len(self.calls["query"]) - 1
             return {"query": self.queries[index] if self.queries is not None else f"q{index + 1}"}
-        if kind == "queries":  # the official style: two at a time
-            index = 2 * len(self.calls["queries"]) - 1
-            return {"queries": [f"q{index}", f"q{index + 1}"]}
         if kind == "updated_note":
             return {"updated_note": f"N{len(self.calls['updated_note'])}"}
         if kind == "better":
             verdict = self.verdicts[len(self.calls["better"]) - 1]
             return {"better": self.verdict_token(verdict) if self.verdict_token else verdict}
         return {"answer": "Lyon"}
+
+
+class OfficialScript(NoteScript):
+    """The official style's proposer writes `per_call` questions at a time: q1, q2, ... ."""
+
+    def __init__(self, verdicts, per_call=2):
+        super().__init__(verdicts)
+        self.per_call = per_call
+
+    def __call__(self, call):
+        if call.output_fields[0] != "queries":
+            return super().__call__(call)
+        self.calls["queries"].append(call.inputs)
+        first = self.per_call * (len(self.calls["queries"]) - 1) + 1
+        return {"queries": [f"q{i}" for i in range(first, first + self.per_call)]}
 
 
 def run(script, retriever=None, lm_kwargs=None, **params):
@@ -244,16 +256,54 @@ def test_the_answer_style_picks_the_generator(style, signature):
 # --- parameters, compiling -------------------------------------------------------------------------
 
 
-def test_the_official_style_asks_two_queries_with_the_question_and_trims_rp_to_t_rp():
+def test_the_default_stops_collecting_at_t_rp():
+    script = NoteScript(verdicts=[True] * 5)
+    prediction, _ = run(script, k=3, t_rp=10, t_ci=5)
+    assert [len(n["new_ids"]) for n in steps(prediction, "note")] == [3, 3, 3, 1]  # the last retrieval cut to 1
+    (stop,) = steps(prediction, "stop")
+    assert stop["reason"] == "t_rp" and stop["distinct_passages"] == 10 == prediction.distinct_passages
+    assert [len(json.loads(c["passages"])) for c in script.calls["updated_note"]] == [3, 3, 1]
+    assert steps(prediction, "note")[3]["seen_ids"] == []
+    last = steps(prediction, "retrieve")[-1]  # the two passages cut were never read, and do not count
+    assert [p["id"] for p in last["passages"]] == ["q3#0"] and last["cut_ids"] == ["q3#1", "q3#2"]
+
+
+def test_the_official_style_retrieves_once_per_iteration_with_two_questions_and_the_question():
     retriever = paged_retriever()
-    prediction, lm = run(NoteScript(verdicts=[True] * 5), retriever, query_style="official", k=3, t_rp=10, t_ci=5)
-    assert retriever.queries[:3] == [QUESTION, f"q1\n{QUESTION}", f"q2\n{QUESTION}"]
-    assert steps(prediction, "stop")[0]["distinct_passages"] == 10  # the passages read never exceed T_RP
+    prediction, lm = run(OfficialScript([True] * 5, per_call=3), retriever, query_style="official", k=3, t_rp=100,
+                         t_ci=2)
+    # At most two questions are kept, and one retrieval searches them and the question together.
+    assert retriever.queries == [QUESTION, f"q1\nq2\n{QUESTION}", f"q4\nq5\n{QUESTION}"]
+    assert [s["query"] for s in steps(prediction, "note")[1:]] == ["q1 | q2", "q4 | q5"]
+    assert prediction.retrieval_calls == 3
+    assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=2)
+
+
+def test_the_official_update_reads_every_passage_retrieved_until_t_rp_is_near():
+    pages = {
+        QUESTION: ["a", "b", "c", "d"],
+        f"q1\nq2\n{QUESTION}": ["b", "e", "f", "g"],  # 4 + 4 <= T_RP: all four are read, b again
+        f"q3\nq4\n{QUESTION}": ["h", "a", "i", "j"],  # 7 + 4 > T_RP: only unseen ones, cut to T_RP - RP = 1
+    }
+    script = OfficialScript([True] * 5)
+    prediction, _ = run(script, paged_retriever(pages), query_style="official", k=4, t_rp=8, t_ci=5)
+    assert [json.loads(c["passages"]) for c in script.calls["updated_note"]] == [
+        ["[1] T b | text of b", "[2] T e | text of e", "[3] T f | text of f", "[4] T g | text of g"],
+        ["[1] T h | text of h"],
+    ]
     notes = steps(prediction, "note")
-    assert [len(n["new_ids"]) for n in notes] == [3, 6, 1]  # the second iteration's 6 new passages, cut to 1
-    assert prediction.stop_reason == "t_rp"
-    paper, _ = run(NoteScript(verdicts=[True] * 5), paged_retriever(), k=3, t_rp=10, t_ci=5)
-    assert steps(paper, "stop")[0]["distinct_passages"] == 12  # the paper's rule, checked before each iteration
+    assert [(n["new_ids"], n["seen_ids"]) for n in notes[1:]] == [(["e", "f", "g"], ["b"]), (["h"], ["a"])]
+    (stop,) = steps(prediction, "stop")
+    assert stop["reason"] == "t_rp" and stop["distinct_passages"] == 8 == prediction.distinct_passages
+
+
+def test_the_official_search_text_is_cut_to_500_characters():
+    retriever = paged_retriever()
+    question = "Which " + "very " * 120 + "long question?"
+    lm = scripted_lm(OfficialScript([False]))
+    with dspy.context(lm=lm):
+        AdaptiveNote(retriever, query_style="official", k=2, t_iu=1)(question=question)
+    assert retriever.queries[1] == f"q1\nq2\n{question}"[:500] and len(retriever.queries[1]) == 500
 
 
 def test_parameters_default_to_the_paper_and_are_validated():
