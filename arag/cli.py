@@ -196,7 +196,8 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
               help="Leave out calls of a question's last hop whose revised answer is the final answer when that "
                    "answer is wrong by --metric (other hops have no gold answer and are kept).")
 @click.option("--paper-filters", is_flag=True,
-              help="All four --drop-* filters: the paper's filtering of grounding traces.")
+              help="The paper's filtering of grounding traces: --drop-malformed, --drop-no-evidence and "
+                   "--drop-revised-wrongly (a grounding that confirmed the candidate answer is kept).")
 def export_grounding_command(run: str, out_path: str, only_correct: bool, metric: str | None, drop_malformed: bool,
                              drop_no_evidence: bool, drop_unrevised: bool, drop_revised_wrongly: bool,
                              paper_filters: bool) -> None:

@@ -8,8 +8,9 @@ fine-tuned model then serves the same program unchanged. A `metadata` object on 
 call came from, whether the run's final answer to that question was right, and which of the flaws below
 the call has.
 
-The paper distils only good grounding traces; per-call filters drop calls with these flaws (each off by
-default, all on with `paper_filters`, `--paper-filters` on the command line):
+The paper distils only good grounding traces; per-call filters drop the calls with a flaw, each filter off by
+default. `paper_filters` (`--paper-filters` on the command line) turns on the paper's three, all but
+unrevised: the paper keeps a grounding that confirmed the candidate answer. The flaws:
 - malformed (`drop_malformed`): the output lacks `evidence` or `revised_answer`, the evidence is not a list
   of strings, or the revised answer is blank;
 - no evidence (`drop_no_evidence`): nothing quoted, or only the "Empty"/"none" marker, as GenGround reads it;
@@ -41,6 +42,7 @@ from arag.signatures.grounding import GroundAnswer
 GROUNDING_STEP = "ground"
 MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY = "malformed", "no evidence", "unrevised", "revised wrongly"
 FLAWS = (MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY)
+PAPER_FILTERS = {MALFORMED, NO_EVIDENCE, REVISED_WRONGLY}  # the paper keeps groundings that confirm the candidate
 
 
 def export_grounding(
@@ -63,11 +65,11 @@ def export_grounding(
     answer counts as right when `metric` (default: any of the row's metrics) scores 1.0 on it; `only_correct`
     keeps only the calls of questions answered right. Failed examples are skipped, and an example run twice
     (a resumed run) counts once, as its last row. The `drop_*` options leave out calls with that flaw (see the
-    module docstring); `paper_filters` turns all four on. `with_metadata=False` writes bare `{"messages": ...}`
-    lines for services that refuse other keys.
+    module docstring); `paper_filters` turns on the paper's three (all but unrevised). `with_metadata=False`
+    writes bare `{"messages": ...}` lines for services that refuse other keys.
     """
-    dropped = {flaw for flaw, drop in zip(FLAWS, (drop_malformed, drop_no_evidence, drop_unrevised,
-                                                   drop_revised_wrongly)) if drop or paper_filters}
+    chosen = (drop_malformed, drop_no_evidence, drop_unrevised, drop_revised_wrongly)
+    dropped = {flaw for flaw, drop in zip(FLAWS, chosen) if drop} | (PAPER_FILTERS if paper_filters else set())
     path = Path(run_dir_or_predictions_path)
     predictions = path / PREDICTIONS if path.is_dir() else path
     rows = _last_rows(predictions)

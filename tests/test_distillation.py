@@ -182,6 +182,19 @@ def test_unrevised_compares_normalised_answers_whatever_the_evidence(tmp_path):
     assert flaws == [["unrevised"], [], ["revised wrongly"]]
 
 
+def test_the_paper_filters_keep_a_grounding_that_confirms_the_candidate(tmp_path):
+    make_run(tmp_path / "run")
+
+    def edit(example_id, step):
+        if (example_id, step["batch"]) == ("right", 2):  # evidence found, and it confirms the candidate
+            step["outputs"]["revised_answer"] = "The guess."
+
+    edit_calls(tmp_path, edit)
+    assert export_keys(tmp_path, paper_filters=True) == [("right", 2)]
+    assert [e["metadata"]["flaws"] for e in read_jsonl(tmp_path / "train.jsonl")] == [["unrevised"]]
+    assert export_keys(tmp_path, paper_filters=True, drop_unrevised=True) == []
+
+
 def test_badly_formed_outputs_are_dropped(tmp_path):
     make_run(tmp_path / "run")
 
