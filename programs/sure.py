@@ -11,14 +11,17 @@
     score(y_k) = v(s_k) + r(s_k)
     return argmax_k score(y_k)
 
-Validity v(s_k) is the probability of True (normalised over True and False) when the LM returns token
-log-probabilities, else 1 for True and 0 for False; an unreadable judgement counts 0, as the official code
-counts a "Cannot" or "Unknown" reply as False. Ranking: the two orders of a pair share one point between its
-summaries, half a point per order to the summary chosen in it; an unreadable order leaves the decision to
-the other one, and a pair with both orders unreadable splits the point evenly (the official code's rules).
-r(s_k) is the points s_k won divided by the K-1 pairs it is in, so it lies in [0, 1] like v; with K = 2
-this is exactly the paper's score. Ties go to the first candidate in the LM's order, as in the official
-code.
+Validity v(s_k) is the paper's binary judgement, 1 for True and 0 for False; an unreadable judgement counts
+0, as the official code counts a "Cannot" or "Unknown" reply as False. With `validity_score=probability`
+it is the probability of True (normalised over True and False) when the LM returns token log-probabilities
+(an LM built with `logprobs=True, top_logprobs=k`, `--logprobs`), else the judgement's 1 or 0 still; the
+trace records that probability (`p_supports`) whenever it is there.
+
+Ranking: the two orders of a pair share one point between its summaries, half a point per order to the
+summary chosen in it; an unreadable order leaves the decision to the other one, and a pair with both orders
+unreadable splits the point evenly (the official code's rules). r(s_k) is the points s_k won divided by the
+K-1 pairs it is in, so it lies in [0, 1] like v; with K = 2 this is exactly the paper's score. Ties go to the
+first candidate in the LM's order, as in the official code.
 
 The candidates call has one short string output per candidate (`candidate_1` .. `candidate_K`), which
 even a small model fills in. Candidates are stripped, blank ones dropped and repeats (the same words, ignoring
@@ -32,7 +35,7 @@ K'(K'-1) ranking judgements (both orders of each pair); K = 2: 7. With K' <= 1: 
 
 Follows the paper for the algorithm and the official code (bbuing9/ICLR24_SuRe) for the settings: N = 10
 passages, K = 2 candidates, the summary shown every candidate and the one it argues for, validity judged from
-the summary alone, both orders of each pair, and its handling of unreadable judgements and ties.
+the summary alone, True or False, both orders of each pair, and its handling of unreadable judgements and ties.
 """
 
 from __future__ import annotations
@@ -61,6 +64,10 @@ from arag.trace import shown_probability
 K = passages_per_retrieval(10, "SuRe's N = 10 retrieved passages")
 CANDIDATES = Param("candidates", 2, "answer candidates (K) proposed in one call, each summarised and judged",
                    low=2, high=5, searched=True, search_range=(2, 4))
+VALIDITY_SCORE = Param("validity_score", "binary",
+                       "a summary's validity v: binary, the paper's 1 for True and 0 for False; probability, "
+                       "p(True) from the LM's log-probabilities where it returns them",
+                       choices=("binary", "probability"), tunable=False)
 
 TIE_TOLERANCE = 1e-9
 
@@ -71,8 +78,8 @@ class SuRe(RAGProgram):
 
     name = "sure"
     follows = ("the paper (Kim et al., 2024) with the official code's settings (bbuing9/ICLR24_SuRe): N=10, "
-               "K=2, both orders of each pair, its unreadable-verdict and tie rules")
-    params = (K, CANDIDATES)
+               "K=2, binary validity, both orders of each pair, its unreadable-verdict and tie rules")
+    params = (K, CANDIDATES, VALIDITY_SCORE)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
@@ -114,7 +121,8 @@ class SuRe(RAGProgram):
         return {"answer": candidates[chosen], "candidates": candidates, "summary": summaries[chosen]}
 
     def validity(self, question: str, index: int, candidate: str, summary: str) -> float:
-        """v(s_k): p(True) when log-probabilities exist, else 1 for True and 0 for False; 0 when unreadable."""
+        """v(s_k): 1 for True and 0 for False, or p(True) with validity_score=probability where log-probabilities
+        exist; 0 when unreadable."""
         prediction = judged(self.judge_support, "validity 0: counted as not supported", question=question,
                             candidate=candidate, summary=summary)
         if prediction is None:
@@ -126,8 +134,9 @@ class SuRe(RAGProgram):
         if has_top_logprobs(prediction, "supports_candidate"):
             probabilities = label_probabilities(prediction, "supports_candidate", ["True", "False"])
             if sum(probabilities.values()) > 0:
-                value = probabilities["True"]
-                step["p_supports"] = shown_probability(value)
+                step["p_supports"] = shown_probability(probabilities["True"])
+                if self.validity_score == "probability":
+                    value = probabilities["True"]
         step["validity"] = shown_probability(value)
         return value
 

@@ -90,7 +90,7 @@ def kinds(lm):
 
 def test_defaults_are_the_papers_and_the_number_of_candidates_is_tuned():
     program = SuRe(TemplateRetriever())
-    assert (program.k, program.candidates) == (10, 2)
+    assert (program.k, program.candidates, program.validity_score) == (10, 2, "binary")
     declared = {p.name: p for p in get_program("sure").params}
     assert declared["candidates"].searched and declared["candidates"].search_range == (2, 4)
     assert program.follows
@@ -100,7 +100,8 @@ def test_cli_strings_are_coerced_and_bad_values_name_the_parameter():
     program = build_program("sure", TemplateRetriever(), k="5", candidates="3")
     assert (program.k, program.candidates) == (5, 3)
     for bad, name in [({"candidates": 1}, "candidates"), ({"candidates": 6}, "candidates"),
-                      ({"candidates": "two"}, "candidates"), ({"k": 0}, "k"), ({"reasoning": "cot"}, "reasoning")]:
+                      ({"candidates": "two"}, "candidates"), ({"k": 0}, "k"), ({"reasoning": "cot"}, "reasoning"),
+                      ({"validity_score": "p"}, "validity_score")]:
         with pytest.raises(ConfigError, match=name):
             SuRe(TemplateRetriever(), **bad)
 
@@ -157,10 +158,20 @@ def test_a_tie_goes_to_the_first_candidate():
     assert prediction.answer == "Lyon" and select["chosen_index"] == 0
 
 
+def test_validity_is_the_papers_binary_judgement_even_with_log_probabilities():
+    # Both summaries judged True, with p(True) 0.9 and 0.6: each counts 1, and the ranking decides (Lyon wins both).
+    script = Script(supports={"Paris": 0.9, "Lyon": 0.6}, prefer=lambda first, second: "Lyon")
+    prediction, _, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5})
+    validity = steps(prediction, "validity")
+    assert [(v["validity"], v["p_supports"]) for v in validity] == [(1.0, pytest.approx(0.9, abs=1e-4)),
+                                                                    (1.0, pytest.approx(0.6, abs=1e-4))]
+    assert steps(prediction, "select")[0]["scores"] == [1.0, 2.0] and prediction.answer == "Lyon"
+
+
 @pytest.mark.parametrize(("p_paris", "p_lyon", "expected"), [(0.9, 0.6, "Paris"), (0.55, 0.8, "Lyon")])
-def test_validity_is_the_probability_of_true_when_log_probabilities_exist(p_paris, p_lyon, expected):
+def test_validity_score_probability_is_p_true_when_log_probabilities_exist(p_paris, p_lyon, expected):
     script = Script(supports={"Paris": p_paris, "Lyon": p_lyon}, prefer=lambda first, second: first)
-    prediction, lm, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5})
+    prediction, lm, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5}, validity_score="probability")
     validity = steps(prediction, "validity")
     assert [v["p_supports"] for v in validity] == pytest.approx([p_paris, p_lyon], abs=1e-4)
     assert steps(prediction, "select")[0]["scores"] == pytest.approx([p_paris + 0.5, p_lyon + 0.5], abs=1e-4)
@@ -168,7 +179,8 @@ def test_validity_is_the_probability_of_true_when_log_probabilities_exist(p_pari
 
 
 def test_without_log_probabilities_the_label_counts():
-    prediction, _, _ = run(Script(supports={"Paris": 0.9, "Lyon": 0.3}, prefer=lambda first, second: first))
+    prediction, _, _ = run(Script(supports={"Paris": 0.9, "Lyon": 0.3}, prefer=lambda first, second: first),
+                           validity_score="probability")
     validity = steps(prediction, "validity")
     assert [(v["supports"], v["validity"]) for v in validity] == [(True, 1.0), (False, 0.0)]
     assert all("p_supports" not in v for v in validity)
