@@ -69,6 +69,19 @@ def test_label_b_retrieves_once_with_the_programs_k():
     assert calls == 2
 
 
+def test_passages_per_retrieval_default_to_the_official_flan_t5_setting_and_a_preset_gives_gpts():
+    program = build_program("adaptive-rag", TemplateRetriever())
+    assert (program.k, program.ircot_k, program.single_step.k, program.multi_step.k) == (15, 6, 15, 6)
+    prediction, _, _ = run(responder("B"))
+    assert prediction.distinct_passages == 15
+    prediction, _, retriever = run(responder("C"), preset="official-gpt")
+    assert [s["k"] for s in prediction.trace if s["step"] == "retrieve"] == [3] * len(retriever.queries)
+    assert build_program("adaptive-rag", TemplateRetriever(), preset="official-gpt").single_step.k == 6
+    for bad in ({"ircot_k": 0}, {"ircot_k": 16}, {"k": 0}):
+        with pytest.raises(ConfigError, match=f"parameter '{next(iter(bad))}'"):
+            build_program("adaptive-rag", TemplateRetriever(), **bad)
+
+
 def test_label_c_runs_ircot_exactly_as_ircot_alone():
     prediction, calls, retriever = run(responder("C"))
     alone_lm, alone_retriever = scripted_lm(responder("C")), TemplateRetriever()

@@ -6,9 +6,14 @@ for that complexity answers it.
     B:  answer ← LM(q, R(q, k))               single-rag: one retrieval
     C:  answer ← IRCoT(q)                     ircot: retrieval interleaved with chain-of-thought
 
-The three strategies are arag's own `no-retrieval`, `single-rag` (with this program's `k`) and `ircot` (its
-defaults), run inside this program's trace after a `route` step that records the label and, when known, the
-probability of each label.
+The three strategies are arag's own `no-retrieval`, `single-rag` (with this program's `k`) and `ircot` (with
+its `ircot_k`, its other parameters at their defaults), run inside this program's trace after a `route` step
+that records the label and, when known, the probability of each label.
+
+Passages per retrieval follow the official code's FLAN-T5 setting (starsuzi/Adaptive-RAG, run.py,
+`instantiation_schemes`): k = 15 for the single-step strategy and K = 6 for IRCoT, the values run.py sets
+(its GPT setting, in comments there, is 6 and 3: `--preset official-gpt`). The paper takes these settings
+from IRCoT's implementation (Trivedi et al., 2023) and runs both FLAN-T5 and GPT-3.5.
 
 Classifiers (`classifier`, details in `router.py`): `lm` asks the configured LM for the label, one call (the paper
 does not; it is the classifier for an endpoint with nothing trained); a router file from `arag train-router` is
@@ -31,6 +36,11 @@ STRATEGIES = {"A": "no-retrieval", "B": "single-rag", "C": "ircot"}
 
 CLASSIFIER = Param("classifier", "lm", "lm: the configured LM labels each question; or the path of a router file "
                                        "written by `arag train-router`", tunable=False)
+SINGLE_STEP_K = passages_per_retrieval(15, "the single-step strategy's; the official run.py's FLAN-T5 value, 6 for GPT",
+                                       searched=True, search_range=(1, 20))
+IRCOT_K = Param("ircot_k", 6, "IRCoT's K, the multi-step strategy's passages per retrieval; the official run.py's "
+                "FLAN-T5 value, 3 for GPT", low=1, high=15)
+PRESETS = {"official-flan-t5": {"k": 15, "ircot_k": 6}, "official-gpt": {"k": 6, "ircot_k": 3}}
 
 
 @register
@@ -38,16 +48,18 @@ class AdaptiveRAG(RAGProgram):
     """Adaptive-RAG: route each question to no retrieval, one retrieval, or IRCoT by its predicted complexity."""
 
     name = "adaptive-rag"
-    params = (CLASSIFIER, passages_per_retrieval(5, "the single-step strategy's", searched=True, search_range=(1, 20)))
-    follows = ("the paper (Jeong et al., 2024); its trained classifier is a logistic regression over MiniLM "
-               "embeddings here (the paper's: T5-large), and classifier=lm asks the LM instead")
+    params = (CLASSIFIER, SINGLE_STEP_K, IRCOT_K)
+    presets = PRESETS
+    follows = ("the paper (Jeong et al., 2024); passages per retrieval as the official run.py's FLAN-T5 setting "
+               "(B k=15, C K=6; --preset official-gpt: 6 and 3); its trained classifier is a logistic regression "
+               "over MiniLM embeddings here (the paper's: T5-large), and classifier=lm asks the LM instead")
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.router = open_classifier(self.classifier)
         self.no_retrieval = build_program(STRATEGIES["A"], self.retriever)
         self.single_step = build_program(STRATEGIES["B"], self.retriever, k=self.k)
-        self.multi_step = build_program(STRATEGIES["C"], self.retriever)
+        self.multi_step = build_program(STRATEGIES["C"], self.retriever, k=self.ircot_k)
         self.strategies = {"A": self.no_retrieval, "B": self.single_step, "C": self.multi_step}
 
     def default_max_lm_calls(self) -> int:
