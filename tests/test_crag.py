@@ -291,6 +291,19 @@ def test_presets_set_the_official_thresholds_and_named_parameters_win():
         build_program("crag", FixedRetriever([]), preset="popqa")
 
 
+def test_the_official_refinement_keeps_the_best_five_strips_of_a_search_in_score_order(tmp_path):
+    # One-sentence pages, judged by the word they hold: Statue 0.9, 1889 0.8, Louvre 0.2, Gustave -0.4, Brie -0.8;
+    # the last two are under 4 words, -1.
+    texts = [f"The {word} page has an iron frame." for word in ["Brie", "Statue", "Louvre", "1889", "Gustave"]]
+    pages = [Passage(f"w{i}", f"Page {i}", text) for i, text in enumerate([*texts, "Iron frame.", "An iron frame."])]
+    BM25Retriever.build(pages, tmp_path / "pages")
+    prediction, _ = run(upper=0.95, lower=0.9, refinement="official", web=f"local:{tmp_path / 'pages'}", web_k=7)
+    assert prediction.action == "incorrect"
+    (refine,) = steps(prediction, "refine")
+    assert [kept["source"] for kept in refine["kept"]] == ["w1", "w3", "w2", "w4", "w0"]  # 5 of 7, best first
+    assert [kept["score"] for kept in refine["kept"]] == pytest.approx([0.9, 0.8, 0.2, -0.4, -0.8])
+
+
 def test_the_official_refinement_keeps_the_best_three_documents_whole_in_score_order():
     prediction, _ = run(refinement="official")
     (refine,) = steps(prediction, "refine")

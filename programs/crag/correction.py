@@ -37,14 +37,15 @@ WEB = Param("web", "none", "knowledge search: serper, tavily, brave, searxng[:UR
             tunable=False)
 WEB_K = Param("web_k", 5, "documents taken from each knowledge search", low=1, high=20)
 REFINEMENT = Param("refinement", "paper", "paper: strips, the top strips_top_k above strip_threshold, in reading "
-                   "order; official: retrieved documents whole, the top 3 by score, no threshold, in score order",
-                   choices=("paper", "official"), tunable=False)
+                   "order; official: retrieved documents whole, the top 3 by score, and the top 5 web strips, no "
+                   "threshold, in score order", choices=("paper", "official"), tunable=False)
 THRESHOLD_PRESETS = {
     "paper-popqa": {"upper": 0.5, "lower": -0.9},
     "official-popqa": {"upper": 0.592, "lower": -0.995},
     "official-pubhealth": {"upper": 0.5, "lower": -0.915},
 }
-OFFICIAL_TOP_K = 3
+OFFICIAL_TOP_K = 3  # retrieved documents kept whole (internal_knowledge_preparation.py, top_n)
+OFFICIAL_WEB_TOP_K = 5  # web strips kept (external_knowledge_preparation.py, top_n)
 OFFICIAL_MIN_WORDS = 4
 LABEL_FALLBACK = Param("label_fallback", False,
                        "scorer=lm on an LM without log-probabilities: score yes as +1 and no as -1 instead of failing",
@@ -109,11 +110,13 @@ class KnowledgeCorrector(dspy.Module):
 
     def refine_knowledge(self, question: str, passages: list[Passage], *, source: str) -> list[str]:
         """Decompose-then-recompose: the kept strips of `passages` (the official refinement: retrieved
-        documents whole, the best 3 in score order)."""
+        documents whole, the best 3, or the best 5 strips of what a search found, in score order)."""
         if self.refinement == "official":
-            mode = "passage" if source == "retrieved" else self.strip_mode
-            refinement = refine(question, passages, self.evaluator, mode=mode, top_k=OFFICIAL_TOP_K,
-                                threshold=-math.inf, in_score_order=True, min_words=OFFICIAL_MIN_WORDS)
+            retrieved = source == "retrieved"
+            mode = "passage" if retrieved else self.strip_mode
+            refinement = refine(question, passages, self.evaluator, mode=mode,
+                                top_k=OFFICIAL_TOP_K if retrieved else OFFICIAL_WEB_TOP_K, threshold=-math.inf,
+                                in_score_order=True, min_words=OFFICIAL_MIN_WORDS)
         else:
             mode = self.strip_mode
             refinement = refine(question, passages, self.evaluator, mode=mode, top_k=self.strips_top_k,

@@ -18,8 +18,9 @@ strips above -0.5 in reading order, 5 web results. The official scripts (HuskyIn
 scripts/CRAG_Inference.py and its run scripts) differ, and each difference is an option:
 - thresholds: 0.592 / -0.995 for PopQA, 0.5 / -0.915 for PubHealth, the presets `official-popqa` and
   `official-pubhealth` (`--preset`; the paper's example is `paper-popqa`);
-- `refinement=official`: the retrieved documents kept whole, the top 3 by score with no threshold, in
-  score order, strips under 4 words scored -1 (the paper: strips, top 5 above -0.5, reading order);
+- `refinement=official`: the retrieved documents kept whole, the top 3 by score, and of what a search found
+  the top 5 strips (internal_ and external_knowledge_preparation.py), with no threshold, in score order,
+  strips under 4 words scored -1 (the paper: strips, top 5 above -0.5, reading order);
 - the T5 evaluator's output is compared unclipped, as both do.
 Thresholds suit one scorer and data set; fit them with `arag.optimizers.thresholds.fit_thresholds`.
 

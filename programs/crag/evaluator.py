@@ -1,7 +1,7 @@
 """CRAG's retrieval evaluator: relevance scorers and the action trigger (shared by CRAG and Self-CRAG).
 
-Every scorer has `score(question, texts) -> list[float]`: one relevance score in [-1, 1] per text,
-higher meaning more relevant; a blank text scores -1 without a model call. `open_scorer(spec)`:
+Every scorer has `score(question, texts) -> list[float]`: one relevance score per text, in [-1, 1] (t5:PATH's
+unbounded), higher meaning more relevant; a blank text scores -1 without a model call. `open_scorer(spec)`:
 
 - `lm` (LMScorer): the configured LM answers `JudgeRelevance` (yes/no) for each pair, asked with
   log-probabilities; score = 2·p(yes) − 1, p(yes) normalised over the two labels from the label
@@ -13,8 +13,8 @@ higher meaning more relevant; a blank text scores -1 without a model call. `open
   score = clip(2·cos − 1, −1, 1): cosine 1 → +1, 0.5 → 0, 0 or less → −1.
 - `t5:PATH` (T5Scorer): a sequence-classification model with one regression output, in the
   format of CRAG's released evaluator (T5 fine-tuned on relevant = 1, irrelevant = −1), reading
-  "question [SEP] text" (truncated to 512 tokens; on a GPU when there is one); score = the output
-  clipped to [−1, 1] (the released evaluator's raw output is unbounded, trained towards ±1).
+  "question [SEP] text" (truncated to 512 tokens; on a GPU when there is one); score = the output as it is,
+  unbounded though trained towards ±1, compared with the thresholds unclipped as the official code does.
 
 The trigger (`trigger`) follows the paper: Correct when some score is at or above `upper`, Incorrect
 when every score is below `lower` (so also when there is nothing to score), Ambiguous otherwise.
