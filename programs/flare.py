@@ -10,12 +10,17 @@ previous-window and previous-sentence baselines); FLARE is its `review` hook (st
      `masked`, the draft without its tokens at or below beta; or `questions`, one question written by
      the LM per unsure term (tokens at or below beta fewer than 5 tokens apart, joined and widened to
      whole words), a question that does not end in "?" dropped, the draft itself when none is left.
-     Then write the sentence again from the new passages.
+     Then write the sentence again from the new passages. A masked query left empty (every token at or
+     below beta) searches nothing, and the draft is kept.
 
-Where this follows the official code (jzbjyb/FLARE, src/templates.py and src/models.py) rather than the
+Where this follows the official code (jzbjyb/FLARE, src/templates.py, src/openai_api.py) rather than the
 paper's text: a token at exactly theta triggers retrieval and one at exactly beta is masked (`<=` both);
-unsure tokens fewer than 5 apart form one term. The official code widens a term to its phrase with an
-extra LM call; here it is widened to whole words, with no call.
+unsure tokens fewer than 5 apart form one term; an empty masked query is not sent (`ret_prompt` drops it).
+The official code widens a term to its phrase with an extra LM call; here it is widened to whole words, with
+no call. Where this departs from it: the official retriever keeps only the last 64 tokens of every query but
+the first (src/retriever.py, `max_query_length` 64 in both configs); here a query is sent whole. A masked
+look-ahead of at most `lookahead_tokens` = 64 tokens stays within that; a longer look-ahead, or the question
+that `query_with_question` puts first, would lose its first terms there.
   4. Stop when the model ends its answer or `max_tokens` are spent; `answer` is read from the
      long answer's "So the answer is X.", which stays in `long_answer`.
 
@@ -101,7 +106,11 @@ class FLARE(ActiveGeneration):
 
     name = "flare"
     follows = ("the paper (Jiang et al., 2023); where it is silent, the official code (jzbjyb/FLARE, src/templates.py, "
-               "src/models.py): ties at theta and beta, unsure terms of tokens fewer than 5 apart")
+               "src/openai_api.py): ties at theta and beta, unsure terms of tokens fewer than 5 apart, no search "
+               "for an empty masked query")
+    departures = ("a query is sent whole; the official retriever keeps the last 64 tokens of each query after the "
+                  "first (src/retriever.py, max_query_length 64), which a masked look-ahead of at most "
+                  "lookahead_tokens=64 tokens stays within",)
     params = (THETA, BETA, QUERY_MODE, QUERY_WITH_QUESTION, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE)
 
     def __init__(self, retriever=None, **params):
@@ -109,12 +118,17 @@ class FLARE(ActiveGeneration):
         self.write_question = dspy.Predict(QuestionForSpan)
 
     def review(self, answer: LongAnswer, lookahead: Piece, step: dict) -> Piece:
-        """Keep a confident look-ahead; else retrieve with queries formed from it and write the sentence again."""
+        """Keep a confident look-ahead; else retrieve with queries formed from it and write the sentence again
+        (a look-ahead masked whole leaves nothing to search for, and is kept)."""
         step.update(lookahead=lookahead.text, min_prob=shown_probability(lookahead.min_prob),
                     lookahead_tokens=shown_tokens(lookahead.tokens))
         if self.confident(lookahead):
             return lookahead
-        answer.passages = self.search(self.queries(answer, lookahead, step), step, why="unsure look-ahead")
+        queries = self.queries(answer, lookahead, step)
+        if not queries:
+            step.update(queries=[], skipped="every token is masked: nothing to search for")
+            return lookahead
+        answer.passages = self.search(queries, step, why="unsure look-ahead")
         rewritten = self.draft(answer)
         if not rewritten.text:  # the model wrote nothing from the new passages: the look-ahead stands
             step["rewrite"] = "empty"
@@ -128,7 +142,7 @@ class FLARE(ActiveGeneration):
 
     def queries(self, answer: LongAnswer, lookahead: Piece, step: dict) -> list[str]:
         """What to retrieve: the masked look-ahead, or a question per unsure span (the look-ahead itself
-        when no token is below beta). A query left empty (every token masked) becomes the question."""
+        when no token is below beta). A query left empty (every token masked) is dropped."""
         if self.query_mode == "masked":
             queries = [masked_query(lookahead.tokens, self.beta)]
         else:
@@ -142,7 +156,7 @@ class FLARE(ActiveGeneration):
                 step["dropped_questions"] = dropped
         if self.query_with_question:
             queries = [f"{answer.question} {query}" for query in queries]
-        return [query.strip() or answer.question for query in queries]
+        return [query.strip() for query in queries if query.strip()]
 
 
 @register

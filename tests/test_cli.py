@@ -99,6 +99,17 @@ def test_programs_lists_parameters():
     assert "single-rag" in result.output and "k=5 [1, 100]" in result.output
 
 
+def test_programs_states_each_departure_with_its_source():
+    from arag.programs import PROGRAMS
+
+    output = run_cli("programs").output
+    departures = [(name, d) for name, cls in PROGRAMS.items() for d in cls.departures]
+    assert {name for name, _ in departures} >= {"self-rag", "flare"}
+    for _, departure in departures:
+        assert f"    departs: {departure}" in output
+    assert "official run_short_form.py" in output and "src/retriever.py" in output
+
+
 def test_index_build(tmp_path):
     _, corpus = sample_paths()
     result = run_cli("index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "idx"))

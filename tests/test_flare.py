@@ -134,13 +134,21 @@ def test_a_token_at_exactly_theta_triggers_retrieval():
         (0.0, "Joe Biden attended the University of Pennsylvania."),
         (0.4, "Joe Biden attended ."),  # " of" sits exactly at beta and is masked, as in the official code
         (0.92, "Joe"),
-        (0.99, QUESTION),  # everything masked: the question is the query
     ],
 )
 def test_masked_query_holds_exactly_the_tokens_above_beta(beta, query):
     prediction, _, retriever = run_flare(plan_responder([Tokens(BIDEN), FINAL]), theta=0.8, beta=beta)
     assert retriever.queries == [QUESTION, query]
     assert sentences(prediction)[0]["queries"] == [query]
+
+
+def test_a_look_ahead_masked_whole_searches_nothing_and_is_kept():
+    prediction, engine, retriever = run_flare(plan_responder([Tokens(BIDEN), FINAL]), theta=0.8, beta=0.99)
+    assert retriever.queries == [QUESTION] and prediction.retrieval_calls == 1
+    first = sentences(prediction)[0]
+    assert first["queries"] == [] and not first["retrieved"] and "masked" in first["skipped"]
+    assert first["text"] == "Joe Biden attended the University of Pennsylvania."
+    assert engine.count == prediction.lm_calls == 2  # two look-aheads, nothing written again
 
 
 def test_query_with_question_prepends_the_question():
