@@ -15,7 +15,7 @@ LM calls per question: T. Retrievals: T.
 
 Follows the paper: the query concatenates the previous generation and the question in that order (a bag
 of words retriever such as BM25 does not see the order; a dense one does). k = 5 paragraphs per retrieval,
-the setting of the public reimplementations (FlexRAG's top_k). T = 2 by default: the paper reports T from
+the paper's own setting (§4.4; FlexRAG's reimplementation keeps it). T = 2 by default: the paper reports T from
 1 to 7, and its answer recall per iteration gains most from the second iteration (about 14 to 17 points on
 its four multi-hop sets) and about one point in all from the third to the seventh; FlashRAG's
 reimplementation runs 3 iterations, without saying why.
@@ -37,7 +37,7 @@ from arag.signatures.iterative import AnswerFromIterationPassages
 
 ITERATIONS = Param("iterations", 2, "retrieval-generation iterations (T); 1 is a single retrieve-then-generate",
                    low=1, high=7, searched=True, search_range=(1, 4))
-K = passages_per_retrieval(5, "top-5 paragraphs per retrieval, as Iter-RetGen's reimplementations use")
+K = passages_per_retrieval(5, "the top-5 paragraphs per retrieval of the paper's section 4.4")
 
 
 @register
@@ -45,8 +45,8 @@ class IterRetGen(RAGProgram):
     """Iter-RetGen: T rounds of retrieving with the previous generation and the question, then generating."""
 
     name = "iter-retgen"
-    follows = ("the paper (Shao et al., 2023): query = previous generation || question, k=5; T=2 from its "
-               "per-iteration gains (FlashRAG uses 3)")
+    follows = ("the paper (Shao et al., 2023): query = previous generation || question, k=5 (its section 4.4); "
+               "T=2 from its per-iteration gains (FlashRAG uses 3)")
     params = (ITERATIONS, K, REASONING)
 
     def __init__(self, retriever=None, **params):

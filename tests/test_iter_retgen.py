@@ -60,6 +60,14 @@ def test_defaults_and_the_tuned_parameter():
     assert program.follows
 
 
+def test_each_iteration_reads_the_top_5_paragraphs_of_the_papers_section_4_4():
+    prediction, lm, _ = run()
+    assert [step["k"] for step in steps(prediction, "retrieve")] == [5, 5]
+    assert [len(json.loads(call.inputs["passages"])) for call in lm.engine.calls] == [5, 5]
+    declared = {p.name: p for p in get_program("iter-retgen").params}
+    assert "4.4" in declared["k"].help and "4.4" in IterRetGen.follows
+
+
 def test_cli_strings_are_coerced_and_bad_values_name_the_parameter():
     program = build_program("iter-retgen", TemplateRetriever(), iterations="3", k="4", reasoning="direct")
     assert (program.iterations, program.k, program.reasoning) == (3, 4, "direct")
