@@ -25,6 +25,8 @@ base_configs/ircot_qa_*.jsonnet), the paper leaving it open:
 - The new passages go after the ones held, a passage already held is not added again (the official code
   compares titles and text; here passage ids), and the cap may cut the last retrieval short.
 - "answer is" may stand anywhere in the sentence, as the official code's answer pattern allows.
+- Each paragraph the LM reads, in the chain and in the reader, is cut to its first 350 words
+  (`max_passage_words`; the official `max_para_num_words`).
 
 Where this departs from the official code, following the paper:
 - The step limit is the paper's 8; the official code stops at 10 sentences, a default its configurations keep.
@@ -43,12 +45,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from arag.programs.baselines.multi_time import MAX_PASSAGES, MAX_STEPS, READER, STOP_RULE, PreviousSentence
+from arag.programs.baselines.multi_time import (
+    MAX_PASSAGE_WORDS,
+    MAX_PASSAGES,
+    MAX_STEPS,
+    READER,
+    STOP_RULE,
+    PreviousSentence,
+)
 from arag.programs.frame.active_generation import LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE
 from arag.programs.frame.params import passages_per_retrieval
 from arag.programs.frame.registry import register
 
 PAPER_STEPS = 8
+OFFICIAL_PARAGRAPH_WORDS = 350
 K = passages_per_retrieval(6, "IRCoT's K, each step and for the question", searched=True, search_range=(2, 8))
 
 
@@ -60,8 +70,12 @@ class IRCoT(PreviousSentence):
 
     name = "ircot"
     follows = ("the paper (Trivedi et al., 2023): K per step, a cap of 15 passages, 8 steps, stop at \"answer is\", "
-               "a separate reader; where it is silent, the official code (StonyBrookNLP/ircot): K=6 and the cot "
-               "reader of its GPT-3 configurations")
+               "a separate reader; where it is silent, the official code (StonyBrookNLP/ircot): K=6, the cot "
+               "reader of its GPT-3 configurations, paragraphs cut to 350 words")
+    departures = ("the paper's step limit of 8; the official code stops at 10 sentences",
+                  "the query is the last sentence as written; the official code skips concluding or arithmetic "
+                  "sentences and drops wh-words (commaqa/inference/ircot.py)",
+                  "at the passage cap no retrieval is made; the official code still queries, to add nothing")
     params = (
         replace(MAX_PASSAGES, searched=False),
         K,
@@ -71,4 +85,5 @@ class IRCoT(PreviousSentence):
         replace(MAX_STEPS, default=PAPER_STEPS),
         replace(STOP_RULE, default="answer-is"),
         replace(READER, default="cot"),
+        replace(MAX_PASSAGE_WORDS, default=OFFICIAL_PARAGRAPH_WORDS),
     )

@@ -1,17 +1,20 @@
 """IRCoT: each sentence of the chain is the next query, K passages a step up to the cap, a stop at "answer is" or
 the step limit, then one reader call over every passage; prev-sentence is the same program with other settings."""
 
+import json
+
 import dspy
 import pytest
 
 import arag.programs.ircot  # noqa: F401  (registers ircot)
 from arag.errors import ConfigError
+from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence
 from arag.programs.frame.registry import get_program
 from arag.programs.ircot import IRCoT
 from arag.testing import scripted_lm
 
-from fakes import FOUND_FOR, TemplateRetriever
+from fakes import FOUND_FOR, FixedRetriever, TemplateRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
 READ = "Chief of Protocol"
@@ -140,7 +143,8 @@ def test_the_reader_reasons_first_answers_directly_or_is_left_out(reader, fields
 
 
 def test_prev_sentence_is_ircot_with_other_settings():
-    settings = {"k": 2, "max_tokens": 256, "max_steps": 0, "stop_rule": "final-answer", "reader": "none"}
+    settings = {"k": 2, "max_tokens": 256, "max_steps": 0, "stop_rule": "final-answer", "reader": "none",
+                "max_passage_words": 0}
     baseline, _, baseline_engine, baseline_retriever = run(PreviousSentence, CHAIN)
     same, _, same_engine, same_retriever = run(IRCoT, CHAIN, **settings)
     retriever = TemplateRetriever(FOUND_FOR)
@@ -156,19 +160,35 @@ def test_defaults_the_searched_k_and_a_class_with_no_logic_of_its_own():
     assert get_program("ircot") is IRCoT and issubclass(IRCoT, PreviousSentence)
     assert not [name for name, value in vars(IRCoT).items() if callable(value)]
     program = IRCoT(TemplateRetriever(FOUND_FOR))
-    assert {key: program.config[key] for key in ("k", "max_passages", "max_steps", "stop_rule", "reader")} == {
-        "k": 6, "max_passages": 15, "max_steps": 8, "stop_rule": "answer-is", "reader": "cot"}
+    assert {key: program.config[key] for key in ("k", "max_passages", "max_steps", "stop_rule", "reader",
+                                                 "max_passage_words")} == {
+        "k": 6, "max_passages": 15, "max_steps": 8, "stop_rule": "answer-is", "reader": "cot", "max_passage_words": 350}
     assert program.max_tokens >= program.max_steps * program.lookahead_tokens  # the step limit binds first
     assert {p.name: p.search_range for p in IRCoT.params if p.searched} == {"k": (2, 8)}
     assert program.default_max_lm_calls() >= program.max_steps + 2  # sentences, an empty draft, the reader
     assert PreviousSentence(TemplateRetriever(FOUND_FOR)).config == {
         "max_passages": 15, "k": 2, "lookahead_tokens": 64, "max_tokens": 256, "prompt_style": "signature",
-        "max_steps": 0, "stop_rule": "final-answer", "reader": "none"}
+        "max_steps": 0, "stop_rule": "final-answer", "reader": "none", "max_passage_words": 0}
     assert not hasattr(PreviousSentence(TemplateRetriever(FOUND_FOR)), "generate_answer")
+
+
+@pytest.mark.parametrize("words, shown", [(None, 350), (0, 400), (500, 400)])
+def test_each_paragraph_is_read_cut_to_its_first_350_words_as_the_official_code_shows_it(words, shown):
+    text = " ".join(f"w{i}" for i in range(400))
+    writer = Writer(CHAIN[-1:])
+    lm = scripted_lm(writer)
+    params = {} if words is None else {"max_passage_words": words}
+    with dspy.context(lm=lm):
+        prediction = IRCoT(FixedRetriever([Passage("long", "Long", text)]), k=1, **params)(question=QUESTION)
+    expected = ["[1] Long | " + " ".join(f"w{i}" for i in range(shown))]
+    assert json.loads(writer.drafts[0]) == expected  # the chain's draft
+    assert json.loads(writer.readers[0].inputs["passages"]) == expected  # the reader
+    assert steps(prediction, "retrieve")[0]["passages"][0]["id"] == "long"
 
 
 @pytest.mark.parametrize("params, name", [
     ({"reader": "maybe"}, "reader"), ({"stop_rule": "never"}, "stop_rule"), ({"max_steps": -1}, "max_steps"),
+    ({"max_passage_words": -1}, "max_passage_words"),
     ({"k": 0}, "k"), ({"k": 8, "max_passages": 7}, "max_passages"), ({"max_steps": "many"}, "max_steps"),
 ])
 def test_bad_parameters_are_refused(params, name):

@@ -13,17 +13,18 @@ settings, which are parameters here: `max_steps` (a step limit; prev-sentence ha
 its final answer or `max_tokens`), `stop_rule` (prev-sentence stops once the written answer ends on a
 complete "So the answer is X."; IRCoT at the first sentence that says "answer is") and `reader` (prev-sentence
 reads the short answer from what it wrote; IRCoT asks a reader, with or without reasoning, to answer from
-every passage collected).
+every passage collected). `max_passage_words` cuts each passage shown to the LM to its first words (IRCoT's 350).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Sequence
 
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
-from arag.passages import dedup, format_passages
+from arag.passages import Passage, dedup, format_passages
 from arag.programs.frame.active_generation import (
     LOOKAHEAD_TOKENS,
     MAX_TOKENS,
@@ -50,6 +51,8 @@ STOP_RULE = Param(
     'the first sentence that says "answer is", wherever in it',
     choices=("final-answer", "answer-is"), tunable=False,
 )
+MAX_PASSAGE_WORDS = Param("max_passage_words", 0, "each passage is shown cut to its first this many words "
+                          "(0: whole)", low=0, high=10000, tunable=False)
 READER = Param(
     "reader", "none",
     'none: the short answer is read from the written answer ("So the answer is X."); cot / direct: once writing '
@@ -91,7 +94,8 @@ class PreviousSentence(ActiveGeneration):
     """
 
     name = "prev-sentence"
-    params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE, MAX_STEPS, STOP_RULE, READER)
+    params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE, MAX_STEPS, STOP_RULE, READER,
+              MAX_PASSAGE_WORDS)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
@@ -104,6 +108,11 @@ class PreviousSentence(ActiveGeneration):
                 f"{self.name}: parameter 'max_passages' ({config['max_passages']}) must be at least "
                 f"k ({config['k']}), the passages of the first retrieval"
             )
+
+    def retrieve(self, query: str, k: int | None = None, *, why: str) -> list[Passage]:
+        """The top-k passages, each cut to its first `max_passage_words` words when that is set."""
+        passages = super().retrieve(query, k, why=why)
+        return [first_words(p, self.max_passage_words) for p in passages] if self.max_passage_words else passages
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:
         if not answer.pieces:
@@ -131,3 +140,9 @@ class PreviousSentence(ActiveGeneration):
         self.note("read", reader=self.reader, passage_ids=[passage.id for passage in answer.passages])
         prediction = self.generate_answer(passages=format_passages(answer.passages), question=answer.question)
         return {"answer": self.answered(prediction), "long_answer": answer.text}
+
+
+def first_words(passage: Passage, count: int) -> Passage:
+    """The passage with its text cut to its first `count` words."""
+    words = passage.text.split()
+    return passage if len(words) <= count else replace(passage, text=" ".join(words[:count]))
