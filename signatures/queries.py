@@ -14,14 +14,18 @@ class QuestionForSpan(dspy.Signature):
 
 
 class NextFollowUp(dspy.Signature):
-    """Decompose the question into simpler follow-up questions, asked one at a time.
-    Given the follow-ups asked so far and their intermediate answers, say whether another
-    follow-up is needed before the question can be answered, and if so write it."""
+    """Self-ask: break the question into simple follow-up questions and ask them one at a time.
+    A question needs follow-ups when its answer rests on a fact it does not state: a person, place,
+    work or date it names only by description ("the director of the film X", "the city where Y was
+    born"), or two things it compares. Each follow-up asks for one such fact, naming what an earlier
+    intermediate answer found. With no follow-ups asked yet, such a question needs one.
+    Once the intermediate answers hold every fact the answer needs, no more follow-ups are needed."""
 
     question: str = dspy.InputField()
     follow_ups: list[str] = dspy.InputField(desc="`Follow up: ... Intermediate answer: ...`, in the order asked")
-    needs_follow_up: bool = dspy.OutputField(desc="whether another follow-up question is needed")
-    follow_up: str = dspy.OutputField(desc="the next follow-up question; empty when none is needed")
+    needs_follow_up: bool = dspy.OutputField(desc="are follow-up questions needed here: whether the answer still "
+                                                  "needs a fact that no intermediate answer gives")
+    follow_up: str = dspy.OutputField(desc="the next follow-up question, for one fact; empty when none is needed")
 
 
 class RewriteAsKeywords(dspy.Signature):

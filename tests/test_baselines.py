@@ -19,7 +19,7 @@ from arag.errors import ConfigError
 from arag.lm import build_lm
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ARGUMENT_CHARS, ReActSearch
-from arag.programs.baselines.self_ask import SelfAsk
+from arag.programs.baselines.self_ask import WRITTEN_CHAINS, SelfAsk, chain_entry
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize
 from arag.trace import shown_probability
 
@@ -195,6 +195,52 @@ def test_self_ask_stops_at_the_cap_and_at_a_repeated_follow_up():
     prediction, engine, retriever = run(SelfAsk, self_asker([FOLLOW_UPS[0], FOLLOW_UPS[0]], []))
     assert retriever.queries == FOLLOW_UPS[:1] and engine.count == 2 + 1 + 1
     assert steps(prediction, "stop")[0]["reason"] == "a follow-up was asked again"
+
+
+def test_self_ask_shows_the_written_chains_as_demos_by_default():
+    with OpenAICompatibleServer(self_asker(FOLLOW_UPS, [])) as server:
+        lm = build_lm(f"openai/self-ask-{uuid.uuid4().hex}", api_base=server.url)
+        with dspy.context(lm=lm):
+            SelfAsk(TemplateRetriever(FOUND_FOR))(question=QUESTION)
+    decision, intermediate = (request["body"]["messages"] for request in server.requests[:2])
+    final = server.requests[-1]["body"]["messages"]
+    # Each chain gives three decisions (its two follow-ups, then none) as user and assistant turns.
+    demos = decision[1:-1]
+    assert [m["role"] for m in decision] == ["system"] + ["user", "assistant"] * 9 + ["user"]
+    assert QUESTION in decision[-1]["content"]
+    for number, chain in enumerate(WRITTEN_CHAINS):
+        asked, said = demos[6 * number:6 * number + 6:2], demos[6 * number + 1:6 * number + 6:2]
+        assert all(chain.question in m["content"] for m in asked)
+        assert chain_entry(*chain.hops[0]) in asked[1]["content"] and chain_entry(*chain.hops[1]) in asked[2]["content"]
+        assert [json.loads(m["content"]) for m in said] == [
+            {"needs_follow_up": True, "follow_up": chain.hops[0][0]},
+            {"needs_follow_up": True, "follow_up": chain.hops[1][0]},
+            {"needs_follow_up": False, "follow_up": ""}]
+    assert [json.loads(m["content"])["answer"] for m in final[2:-1:2]] == [c.answer for c in WRITTEN_CHAINS]
+    assert QUESTION in final[-1]["content"]
+    assert [m["role"] for m in intermediate] == ["system", "user"]  # an intermediate answer reads passages only
+
+
+def test_self_ask_demos_false_runs_zero_shot():
+    program = SelfAsk(TemplateRetriever(FOUND_FOR), demos="false")
+    assert program.next_follow_up.demos == [] and program.answer_question.demos == []
+    prompts = []
+
+    def responder(call):
+        prompts.append(call.prompt)
+        return self_asker(FOLLOW_UPS, [])(call)
+
+    with dspy.context(lm=scripted_lm(responder)):
+        prediction = program(question=QUESTION)
+    assert prediction.answer == "Chief of Protocol"
+    assert not any(chain.question in prompt for chain in WRITTEN_CHAINS for prompt in prompts)
+
+
+def test_self_ask_written_chains_are_no_benchmark_questions(shared_dataset):
+    written = {chain.question for chain in WRITTEN_CHAINS}
+    for name in ("hotpotqa", "popqa_longtail"):
+        questions = {ujson.loads(line)["question"] for line in open(shared_dataset(name) / "public.jsonl")}
+        assert not written & questions, name
 
 
 # --- ReAct ------------------------------------------------------------------------------------------
