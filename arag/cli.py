@@ -232,5 +232,39 @@ main.add_command(compile_command)
 main.add_command(tune_command)
 main.add_command(train_router_command)
 
+@main.command("models")
+def models_command() -> None:
+    """List the local models (--lm local:NAME): size, where each lives, and whether it is ready."""
+    from arag.local_models import DEFAULT_MODEL, MODELS, model_status
+
+    for model in MODELS.values():
+        status = model_status(model)
+        default = " (--lm local)" if model.name == DEFAULT_MODEL else ""
+        click.echo(f"local:{model.name}{default}  — {model.summary}")
+        click.echo(f"    {model.size / 2**20:,.0f} MiB, {'ready' if status.ready else 'not ready'}: {status.detail}")
+        click.echo(f"    {status.path or 'installed with ' + model.install_hint}")
+
+@main.command("table")
+@click.argument("runs", nargs=-1, type=click.Path())
+@click.option("--baseline", help="The run each other run is compared with (a folder among RUNS).")
+@click.option("--metric", "metrics", multiple=True, help="Metric (repeatable); default: every metric of the runs.")
+def table_command(runs: tuple[str, ...], baseline: str | None, metrics: tuple[str, ...]) -> None:
+    """Print RUNS (folders written by `arag eval --out`) as a Markdown table: questions, failures, mean metrics,
+    each run's difference from --baseline on the same questions with a 95 % paired bootstrap interval, and LM
+    calls, tokens, retrievals and seconds per question."""
+    from arag.report import load_runs
+    from arag.runs_table import markdown, table_rows
+
+    loaded = load_runs(runs)
+    names = {str(Path(run.path).resolve()): run.name for run in loaded}
+    base = names.get(str(Path(baseline).resolve())) if baseline else None
+    if baseline and base is None:
+        raise ConfigError(f"--baseline {baseline} is not one of the runs given")
+    chosen = list(metrics) or sorted({m for run in loaded for row in run.rows for m in row.get("metrics", {})})
+    rows = table_rows([(run.name, run.rows) for run in loaded], chosen, base)
+    click.echo(markdown(rows, chosen, base))
+
+
+
 if __name__ == "__main__":
     main()

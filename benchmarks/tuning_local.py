@@ -44,8 +44,10 @@ def main() -> int:
     parser.add_argument("--dataset", type=Path, default=HOTPOTQA, help="folder with public.jsonl and corpus.jsonl")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "arag-bench-tuning-local")
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's)")
+    parser.add_argument("--model", default="smollm2-135m", help="a name of `arag models`")
     args = parser.parse_args()
-    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval, args.threads)
+    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval, args.threads,
+                                                          args.model)
     tuning, held_out = examples[:args.n_tune], examples[args.n_tune:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 

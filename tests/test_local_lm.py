@@ -67,14 +67,16 @@ def test_the_default_weights_are_found_without_importing_their_plugin():
 
 
 def test_chat_log_probabilities_equal_llama_cpps_own(lm):
-    """arag reads log-probabilities from the logits llama.cpp kept; llama-cpp-python's own (slow) option
-    must give the same tokens, values and candidates."""
+    """arag reads log-probabilities as llama.cpp samples each token, without keeping every prompt token's logits;
+    llama-cpp-python's own (slow) option, on a copy of the model that keeps them all, must give the same tokens,
+    values and candidates."""
+    from llama_cpp import Llama
+
     messages = [{"role": "user", "content": "Name three rivers of Europe."}]
     output = lm(messages[0]["content"], max_tokens=12)[0]
     ours = completion_logprobs(output)
-    model = load_model(default_model_path(), 8192, LlamaEngine(default_model_path()).threads)
-    with model.lock:
-        theirs = model.llama.create_chat_completion(messages=messages, max_tokens=12, temperature=0.0, logprobs=True,
+    reference_model = Llama(model_path=str(default_model_path()), n_ctx=2048, logits_all=True, verbose=False)
+    theirs = reference_model.create_chat_completion(messages=messages, max_tokens=12, temperature=0.0, logprobs=True,
                                                     top_logprobs=5)
     reference = theirs["choices"][0]["logprobs"]["content"]
     assert "".join(t.token for t in ours) == output["text"] == theirs["choices"][0]["message"]["content"]
@@ -83,6 +85,37 @@ def test_chat_log_probabilities_equal_llama_cpps_own(lm):
         assert token.logprob == pytest.approx(float(entry["logprob"]), abs=1e-3)
         assert [t for t, _ in token.top[:3]] == [alt["token"] for alt in entry["top_logprobs"][:3]]
         assert 0.0 < token.prob <= 1.0
+
+
+def test_the_model_keeps_no_logits_for_prompt_tokens(lm):
+    lm("Name three rivers of Europe.", max_tokens=4)
+    llama = lm.engine.model.llama
+    assert not llama._logits_all and llama.scores.shape[0] <= llama.n_batch
+
+
+def test_extra_buffer_types_follow_the_setting(monkeypatch):
+    import llama_cpp.llama_cpp as bindings
+
+    from arag import local
+
+    with local._model_params(use_extra_bufts=False):
+        assert bindings.llama_model_default_params().use_extra_bufts is False
+    assert bindings.llama_model_default_params().use_extra_bufts is True
+    loaded = []
+    monkeypatch.setattr(local, "_cached_model", lambda *args: loaded.append(args))
+    monkeypatch.setattr(local, "cpu_has_amx", lambda: True)
+    load_model(default_model_path(), 512, 1)
+    monkeypatch.setattr(local, "cpu_has_amx", lambda: False)
+    load_model(default_model_path(), 512, 1)
+    load_model(default_model_path(), 512, 1, extra_buffers=False)
+    assert [args[-1] for args in loaded] == [False, True, False]
+
+
+def test_the_model_loads_and_answers_without_extra_buffer_types():
+    small = arag.build_lm("local", extra_buffers=False, context_length=512, logprobs=True)
+    output = small("The capital of France is", max_tokens=4)[0]
+    assert output["text"] and completion_logprobs(output)
+    assert small.engine.dump_state()["extra_buffers"] is False
 
 
 def test_raw_completions_keep_the_prompt_and_read_the_stop_token(lm):

