@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, TextIO
@@ -16,13 +17,18 @@ from arag.errors import DataError
 @contextmanager
 def atomic_writer(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
     """A UTF-8 text file written beside `path` and moved over it when the block ends without an error, so that
-    a reader (or a rerun after a kill) never finds half a file; the folder is made if needed."""
+    a reader (or a rerun after a kill) never finds half a file; the folder is made if needed. A failed write
+    leaves `path` as it was and no staged file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(path.name + ".tmp")
-    with open(staging, "w", encoding="utf-8", newline=newline) as handle:
-        yield handle
-    os.replace(staging, path)
+    # Each write stages under its own name: two writers of one file never share (or remove) each other's stage.
+    staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        with open(staging, "x", encoding="utf-8", newline=newline) as handle:
+            yield handle
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
 
 
 def write_atomic(path: str | Path, text: str) -> None:
