@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -10,9 +12,14 @@ from arag.data._io import base_suffix, existing_file, first_non_blank, iter_json
 from arag.errors import DataError
 from arag.passages import Passage
 
+logger = logging.getLogger(__name__)
+
 CORPUS_FORMATS = ("jsonl", "tsv")
 DPR_COLUMNS = ("id", "text", "title")
 _JSONL_SUFFIXES = {".jsonl", ".json", ".ndjson"}
+# A passage's title and text are each cut to this many characters (about 5,000 tokens) when the corpus is read:
+# a passage is retrieved whole into prompts, and one runaway record must not swallow the LM's context.
+MAX_PASSAGE_CHARS = 20_000
 
 
 def load_corpus(path: str | Path, fmt: str = "auto") -> list[Passage]:
@@ -23,7 +30,8 @@ def load_corpus(path: str | Path, fmt: str = "auto") -> list[Passage]:
 def iter_corpus(path: str | Path, fmt: str = "auto") -> Iterator[Passage]:
     """The passages of a corpus file one at a time; `fmt` is "jsonl", "tsv" or "auto" (extension, then content).
 
-    A missing file or unknown format fails here; a bad line fails when the iteration reaches it.
+    A missing file or unknown format fails here; a bad line fails when the iteration reaches it. Titles and
+    texts longer than MAX_PASSAGE_CHARS are cut to that length, with a warning.
     """
     path = existing_file(path)
     fmt = corpus_format(path) if fmt == "auto" else fmt
@@ -34,6 +42,7 @@ def iter_corpus(path: str | Path, fmt: str = "auto") -> Iterator[Passage]:
 
 def _unique_passages(path: Path, rows: Iterator[tuple[int, Passage]]) -> Iterator[Passage]:
     first_line_of: dict[str, int] = {}
+    cut_lines: list[int] = []
     for line_no, passage in rows:
         if passage.id in first_line_of:
             raise DataError(
@@ -41,9 +50,15 @@ def _unique_passages(path: Path, rows: Iterator[tuple[int, Passage]]) -> Iterato
                 f"(first at line {first_line_of[passage.id]})"
             )
         first_line_of[passage.id] = line_no
+        if max(len(passage.title), len(passage.text)) > MAX_PASSAGE_CHARS:
+            cut_lines.append(line_no)
+            passage = replace(passage, title=passage.title[:MAX_PASSAGE_CHARS], text=passage.text[:MAX_PASSAGE_CHARS])
         yield passage
     if not first_line_of:
         raise DataError(f"{path}: no passages")
+    if cut_lines:
+        logger.warning("%s: %d passage(s) longer than %d characters cut to that length (line %s%s)", path,
+                       len(cut_lines), MAX_PASSAGE_CHARS, cut_lines[0], " and others" if len(cut_lines) > 1 else "")
 
 
 def corpus_format(path: str | Path) -> str:
