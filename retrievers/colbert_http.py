@@ -238,7 +238,7 @@ class _SearchHandler(BaseHTTPRequestHandler):
                 raise _RequestError(HTTPStatus.NOT_FOUND, "not_found", f"no such endpoint; search at {SEARCH_PATH}")
             query, k = _checked(*read_parameters())
             try:
-                answer = search_answer(self.server.retriever, query, k)
+                answer = _encoded(search_answer(self.server.retriever, query, k))
             except AragError as exc:
                 raise _RequestError(HTTPStatus.BAD_GATEWAY, "retriever", str(exc)) from None
         except _RequestError as exc:
@@ -256,10 +256,13 @@ class _SearchHandler(BaseHTTPRequestHandler):
         return fields.get("query", [None])[-1], fields.get("k", [None])[-1]
 
     def _parameters_from_body(self) -> tuple:
-        try:
-            length = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise _RequestError(HTTPStatus.LENGTH_REQUIRED, "bad_request", "POST needs a Content-Length") from None
+        declared = self.headers.get("Content-Length", "").strip()
+        if not declared:
+            raise _RequestError(HTTPStatus.LENGTH_REQUIRED, "bad_request", "POST needs a Content-Length")
+        if not declared.isascii() or not declared.isdigit():
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request",
+                                f"Content-Length must be a number of bytes, got {declared[:40]!r}")
+        length = int(declared)
         if length > MAX_BODY_BYTES:
             raise _RequestError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "too_large", f"body above {MAX_BODY_BYTES} bytes")
         try:
@@ -272,8 +275,8 @@ class _SearchHandler(BaseHTTPRequestHandler):
             )
         return body.get("query"), body.get("k")
 
-    def _send(self, status: HTTPStatus, payload: dict) -> None:
-        body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    def _send(self, status: HTTPStatus, payload: dict | bytes) -> None:
+        body = payload if isinstance(payload, bytes) else _encoded(payload)
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -297,12 +300,23 @@ class _SearchHandler(BaseHTTPRequestHandler):
         logger.debug("%s %s", self.address_string(), format % args)
 
 
+def _encoded(payload: dict) -> bytes:
+    return json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
 def _checked(query, k) -> tuple[str, int]:
-    """The query and k of a request: k defaults to 10 and is capped at 100; the query must be a bounded string."""
+    """The query and k of a request: k defaults to 10 and is capped at 100; the query must be a bounded string
+    of valid Unicode (JSON's escapes can spell a lone surrogate, which no answer could carry)."""
     if query is None:
         raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "missing 'query'")
     if not isinstance(query, str):
         raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "'query' must be a string")
+    if not query.isascii():
+        try:
+            query.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "'query' is not valid Unicode "
+                                "(it holds a lone surrogate)") from None
     if len(query) > MAX_QUERY_CHARS:
         raise _RequestError(
             HTTPStatus.BAD_REQUEST, "bad_request", f"'query' is longer than {MAX_QUERY_CHARS} characters"

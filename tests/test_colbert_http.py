@@ -126,6 +126,26 @@ def test_unknown_paths_and_malformed_requests_are_json_errors_too(server):
     assert reply.startswith("HTTP/1.1 400") and '"error": "http"' in reply
 
 
+@pytest.mark.parametrize("declared", ["-1", "-65536", "12abc", "0x10", "1e3"])
+def test_a_negative_or_malformed_content_length_is_refused_before_reading(server, declared):
+    """The client sends its headers and keeps the connection open, as a client streaming an endless body would:
+    a server that trusted the length would read until the client hung up, and never answer."""
+    host, port = server.url.split("/")[2].split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as raw:
+        raw.sendall(f"POST /api/search HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {declared}\r\n\r\n".encode())
+        reply = b"".join(iter(lambda: raw.recv(4096), b"")).decode()
+    assert reply.startswith("HTTP/1.1 400"), reply
+    assert '"message": "Content-Length must be a number of bytes' in reply
+
+
+def test_a_lone_surrogate_in_the_query_is_a_400_and_the_server_goes_on(server, bm25):
+    response = requests.post(server.url, data=b'{"query": "river \\ud800", "k": 2}', timeout=10,
+                             headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "not valid Unicode" in response.json()["message"]
+    assert ColBERTv2Retriever(server.url, post=True).retrieve("ships", 2) == bm25.retrieve("ships", 2)
+
+
 def test_dspy_sees_server_errors(server):
     with pytest.raises(requests.HTTPError):
         dspy.ColBERTv2(url=server.url)("ships", k=0)
