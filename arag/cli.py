@@ -131,7 +131,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     from arag.data import load_examples
     from arag.data.metrics import get_metric
     from arag.evaluate import evaluate, fair_top_k
-    from arag.optimizers.saving import load_program, read_compiled
+    from arag.optimizers.saving import check_addresses, load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
@@ -146,6 +146,8 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     given = cls.with_preset(preset, given_params(params_file, param_pairs))
     if fair_k_from:
         given["k"] = fair_top_k(fair_k_from)
+    if saved:
+        check_addresses(compiled, saved.params, given)
     params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)
     for name in metrics:
         get_metric(name)

@@ -6,14 +6,18 @@ nor its thresholds, so a file alone cannot rebuild the program. The files writte
     {"format": "arag.compiled-program", "version": 1, "program": NAME, "params": {...},
      "dspy_version": ..., "meta": {...}, "state": <program.dump_state()>}
 
-as plain JSON (never pickle). Secrets never reach the file: DSPy leaves API keys out of LM states,
-and any key that still looks like a credential is dropped here too. The `logprobs` DSPy's
-bootstrapped demos carry are dropped as well (they bloat files and never reach a prompt).
+as plain JSON (never pickle). A compiled file holds prompts, never where or how to call an LM: each
+predictor's state is written as its demos and its signature's texts (instructions, field prefixes and
+descriptions) alone, without DSPy's per-predictor `lm` (the LM always comes from the command line or the
+caller), and without the `logprobs` bootstrapped demos carry (they bloat files and never reach a prompt).
+
+A file is data from wherever it came from: loading takes only those demos and texts, each checked, and the
+program's declared parameters, validated; anything else (an `lm`, a `config`, demos that are not a list of
+objects, an address in a parameter the caller did not give) is refused with a DataError naming the key.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -29,7 +33,11 @@ from arag.retrievers.base import Retriever
 
 FORMAT = "arag.compiled-program"
 VERSION = 1
-_SECRET_KEY = re.compile(r"api_?key|authorization|password|secret|access_token|bearer", re.IGNORECASE)
+DOCUMENT_KEYS = ("format", "version", "program", "params", "dspy_version", "meta", "state")
+# What DSPy's Predict.dump_state() holds; `traces` and `train` are always empty, `lm` is written as null.
+PREDICTOR_KEYS = ("traces", "train", "demos", "signature", "lm")
+SIGNATURE_KEYS = ("instructions", "fields")
+FIELD_KEYS = ("prefix", "description")
 
 
 @dataclass
@@ -64,7 +72,8 @@ def save_program(program: RAGProgram, path: str | Path, *, meta: Mapping[str, An
 
 
 def read_compiled(path: str | Path) -> CompiledProgram:
-    """The program name, parameters, state and provenance in a file `save_program` wrote."""
+    """The program name, parameters, state (each predictor's demos and signature texts, checked) and
+    provenance in a file `save_program` wrote."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -86,10 +95,15 @@ def read_compiled(path: str | Path) -> CompiledProgram:
     if not isinstance(version, int) or version > VERSION:
         raise DataError(f"{path}: compiled-program format version {version!r}; "
                         f"this arag reads versions up to {VERSION}")
-    for key, kind in (("program", str), ("params", dict), ("state", dict)):
-        if not isinstance(document.get(key), kind):
+    unknown = [key for key in document if key not in DOCUMENT_KEYS]
+    if unknown:
+        raise DataError(f"{path}: unknown field {unknown[0]!r}; a compiled program file holds only "
+                        f"{', '.join(DOCUMENT_KEYS)}")
+    for key, kind in (("program", str), ("params", dict), ("state", dict), ("meta", dict)):
+        if not isinstance(document.get(key, {} if key == "meta" else None), kind):
             raise DataError(f"{path}: field {key!r} is missing or not a {kind.__name__}")
-    return CompiledProgram(document["program"], document["params"], document["state"], document.get("meta") or {})
+    state = {name: _predictor_state(f"{path}: state[{name!r}]", saved) for name, saved in document["state"].items()}
+    return CompiledProgram(document["program"], document["params"], state, document.get("meta", {}))
 
 
 def load_program(
@@ -107,46 +121,88 @@ def load_program(
     compiled = read_compiled(path)
     if program is not None and program != compiled.program:
         raise ConfigError(f"{path} holds a compiled {compiled.program!r} program, not {program!r}")
+    check_addresses(path, compiled.params, params or {})
     try:
         cls = get_program(compiled.program)
         built = build_program(compiled.program, retriever if cls.needs_retriever else None,
                               **{**compiled.params, **(params or {})})
     except AragError as exc:
         raise type(exc)(f"{path}: {exc}") from None
-    expected = {name for name, _ in built.named_parameters()}
+    own_state = built.dump_state()
     saved = set(compiled.state)
-    if expected != saved:
+    if set(own_state) != saved:
         raise DataError(
             f"{path}: its state does not fit program {compiled.program!r} with these parameters "
-            f"(predictors missing from the file: {sorted(expected - saved) or 'none'}; "
-            f"unknown to the program: {sorted(saved - expected) or 'none'})"
+            f"(predictors missing from the file: {sorted(set(own_state) - saved) or 'none'}; "
+            f"unknown to the program: {sorted(saved - set(own_state)) or 'none'})"
         )
+    for name, own in own_state.items():
+        fields = compiled.state[name]["signature"]["fields"]
+        if len(fields) != len(own["signature"]["fields"]):
+            raise DataError(f"{path}: state[{name!r}]['signature']['fields'] must be a list of "
+                            f"{len(own['signature']['fields'])} fields, as the program's")
+    state = {name: {**own, **compiled.state[name]} for name, own in own_state.items()}
     try:
-        built.load_state(compiled.state)
+        built.load_state(state)
     except (KeyError, TypeError, ValueError) as exc:
         raise DataError(f"{path}: cannot restore the state of program {compiled.program!r}: {exc}") from None
     return built
 
 
+def check_addresses(path: str | Path, saved_params: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuses a file whose parameters name a network address the caller did not give: a file must not choose
+    where a search (and the API key that goes with it) is sent."""
+    for name, value in saved_params.items():
+        if isinstance(value, str) and "://" in value and given.get(name) != value:
+            raise DataError(f"{path}: params[{name!r}] names an address ({value[:200]}); a compiled file may not "
+                            f"choose one: give it yourself (--param {name}=...) to use it")
+
+
+def _predictor_state(where: str, saved: Any) -> dict[str, Any]:
+    """A predictor's demos and signature texts from a file, checked: nothing else may be set."""
+    if not isinstance(saved, dict):
+        raise DataError(f"{where} is not an object")
+    for key in saved:
+        if key not in PREDICTOR_KEYS:
+            raise DataError(f"{where} holds {key!r}, which a compiled program may not set (only demos and the "
+                            "signature's instructions and field texts)")
+    if saved.get("lm") is not None:
+        raise DataError(f"{where}['lm'] names an LM; a compiled file may not (the LM comes from the command "
+                        "line or the caller)")
+    for key in ("traces", "train"):
+        if saved.get(key, []) != []:
+            raise DataError(f"{where}[{key!r}] must be empty")
+    demos = saved.get("demos", [])
+    if not isinstance(demos, list) or not all(isinstance(demo, dict) for demo in demos):
+        raise DataError(f"{where}['demos'] must be a list of objects (one per demonstration)")
+    return {"demos": demos, "signature": _signature_state(f"{where}['signature']", saved.get("signature"))}
+
+
+def _signature_state(where: str, saved: Any) -> dict[str, Any]:
+    """A signature's instructions and its fields' prefixes and descriptions."""
+    if not isinstance(saved, dict) or set(saved) != set(SIGNATURE_KEYS):
+        raise DataError(f"{where} must be an object of {' and '.join(SIGNATURE_KEYS)}")
+    if not isinstance(saved["instructions"], str):
+        raise DataError(f"{where}['instructions'] must be a string")
+    if not isinstance(saved["fields"], list):
+        raise DataError(f"{where}['fields'] must be a list")
+    for i, field_state in enumerate(saved["fields"]):
+        if not isinstance(field_state, dict) or set(field_state) != set(FIELD_KEYS) \
+                or not all(isinstance(text, str) for text in field_state.values()):
+            raise DataError(f"{where}['fields'][{i}] must be an object of strings {' and '.join(FIELD_KEYS)}")
+    return {"instructions": saved["instructions"], "fields": saved["fields"]}
+
+
 def portable_state(state: dict[str, Any]) -> dict[str, Any]:
-    """`dump_state()` output without demo log-probabilities and without credentials in LM states."""
-    cleaned = {}
-    for name, predictor_state in state.items():
-        predictor_state = dict(predictor_state)
-        if isinstance(predictor_state.get("demos"), list):
-            predictor_state["demos"] = [
-                {k: v for k, v in demo.items() if k != "logprobs"} if isinstance(demo, dict) else demo
-                for demo in predictor_state["demos"]
-            ]
-        if predictor_state.get("lm"):
-            predictor_state["lm"] = _without_secrets(predictor_state["lm"])
-        cleaned[name] = predictor_state
-    return cleaned
-
-
-def _without_secrets(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_secrets(v) for k, v in value.items() if not _SECRET_KEY.search(str(k))}
-    if isinstance(value, list):
-        return [_without_secrets(v) for v in value]
-    return value
+    """`dump_state()` output as a compiled file holds it: each predictor's demos (without log-probabilities) and
+    signature texts, no LM."""
+    return {
+        name: {
+            "traces": [],
+            "train": [],
+            "demos": [{k: v for k, v in demo.items() if k != "logprobs"} for demo in predictor_state["demos"]],
+            "signature": predictor_state["signature"],
+            "lm": None,
+        }
+        for name, predictor_state in state.items()
+    }

@@ -1,6 +1,10 @@
 """Compiled programs on disk: saved with their name and parameters, reloaded to the same program."""
 
 import hashlib
+import os
+import subprocess
+import sys
+import uuid
 
 import dspy
 import pytest
@@ -12,7 +16,7 @@ from arag.optimizers.compile import compile
 from arag.optimizers.saving import load_program, portable_state, read_compiled, save_program
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import scripted_lm
+from arag.testing import OpenAICompatibleServer, scripted_lm
 
 QUESTIONS, CORPUS = sample_paths()
 EXAMPLES = load_examples(QUESTIONS)
@@ -64,18 +68,20 @@ def test_a_compiled_program_saved_and_reloaded_gives_identical_predictions_and_p
     assert not set(uncompiled) & set(before), "the demos did not reach the prompts"
 
 
-def test_the_file_keeps_name_parameters_and_no_logprobs_or_credentials(compiled, tmp_path):
+def test_the_file_keeps_name_parameters_and_prompts_but_no_lm_logprobs_or_credentials(compiled, retriever, tmp_path):
     assert "logprobs" in compiled.generate_answer.predict.demos[0], "bootstrapped demos should carry logprobs here"
     compiled = compiled.deepcopy()
     compiled.generate_answer.predict.lm = dspy.LM("openai/gpt-x", api_key="sk-very-secret",
                                                   extra_headers={"Authorization": "Bearer sk-very-secret"})
     path = save_program(compiled, tmp_path / "p.json")
     text = path.read_text()
-    assert "sk-very-secret" not in text and "logprobs" not in text
+    assert "sk-very-secret" not in text and "logprobs" not in text and "gpt-x" not in text
     document = ujson.loads(text)
     assert document["format"] == "arag.compiled-program" and document["version"] == 1
     assert document["program"] == "single-rag" and document["params"] == {"k": 3, "reasoning": "cot"}
-    assert read_compiled(path).state["generate_answer.predict"]["lm"]["model"] == "openai/gpt-x"
+    assert document["state"]["generate_answer.predict"]["lm"] is None
+    assert set(read_compiled(path).state["generate_answer.predict"]) == {"demos", "signature"}
+    assert load_program(path, retriever).generate_answer.predict.lm is None
 
 
 def test_loading_with_overridden_parameters_keeps_the_prompts(compiled, retriever, tmp_path):
@@ -109,3 +115,71 @@ def test_bad_files_give_clear_errors(compiled, retriever, tmp_path):
         load_program(newer, retriever)
     with pytest.raises(ConfigError, match="needs an arag program"):
         save_program(dspy.Predict("question -> answer"), tmp_path / "x.json")
+
+
+ATTACKER_URL = "http://127.0.0.1:9/v1"
+TAMPERED = [
+    ("config sends calls elsewhere", lambda state: state.update(config={"api_base": ATTACKER_URL}),
+     r"state\['generate_answer.predict'\] holds 'config'"),
+    ("an LM by name", lambda state: state.update(lm={"model": "openai/attacker-choice"}),
+     r"\['lm'\] names an LM"),
+    ("an LM at an address", lambda state: state.update(lm={"model": "openai/m", "api_base": ATTACKER_URL}),
+     r"\['lm'\] names an LM"),
+    ("demos as a string", lambda state: state.update(demos="abc"), r"\['demos'\] must be a list of objects"),
+    ("a demo that is no object", lambda state: state["demos"].append(1), r"\['demos'\] must be a list of objects"),
+    ("traces", lambda state: state.update(traces=[{"x": 1}]), r"\['traces'\] must be empty"),
+    ("instructions not text", lambda state: state["signature"].update(instructions=5),
+     r"\['instructions'\] must be a string"),
+    ("a field too few", lambda state: state["signature"]["fields"].pop(), r"\['fields'\] must be a list of 4 fields"),
+    ("a field with more than texts", lambda state: state["signature"]["fields"][0].update(type="x"),
+     r"\['fields'\]\[0\] must be an object of strings"),
+]
+
+
+@pytest.mark.parametrize("tamper, message", [case[1:] for case in TAMPERED], ids=[case[0] for case in TAMPERED])
+def test_a_tampered_predictor_state_is_refused_naming_the_key(compiled, retriever, tmp_path, tamper, message):
+    path = save_program(compiled, tmp_path / "p.json")
+    document = ujson.loads(path.read_text())
+    tamper(document["state"]["generate_answer.predict"])
+    path.write_text(ujson.dumps(document))
+    with pytest.raises(DataError, match=message):
+        load_program(path, retriever)
+
+
+def test_a_file_holds_only_its_own_fields_and_no_address_the_caller_did_not_give(compiled, retriever, tmp_path,
+                                                                               monkeypatch):
+    path = save_program(compiled, tmp_path / "p.json")
+    document = ujson.loads(path.read_text())
+    path.write_text(ujson.dumps({**document, "lm": {"model": "openai/attacker-choice"}}))
+    with pytest.raises(DataError, match="unknown field 'lm'"):
+        load_program(path, retriever)
+    path.write_text(ujson.dumps({**document, "meta": "abc"}))
+    with pytest.raises(DataError, match="field 'meta' is missing or not a dict"):
+        load_program(path, retriever)
+
+    monkeypatch.setenv("SERPER_API_KEY", "serper-secret")
+    search = f"serper:{ATTACKER_URL}"
+    crag = save_program(build_program("crag", retriever, web=search), tmp_path / "crag.json")
+    with pytest.raises(DataError, match=r"params\['web'\] names an address \(serper:http://127.0.0.1:9/v1\)"):
+        load_program(crag, retriever)
+    assert load_program(crag, retriever, params={"web": search}).config["web"] == search
+
+
+def test_a_tampered_file_cannot_send_the_key_or_the_prompts_to_another_server(compiled, tmp_path):
+    """The attack as a user meets it: `arag eval --compiled FILE --api-base MINE` with a key in the environment, a
+    file whose state points a predictor at another server. Nothing may reach either server."""
+    path = save_program(compiled, tmp_path / "p.json")
+    document = ujson.loads(path.read_text())
+    with OpenAICompatibleServer(knows_the_answers) as chosen, OpenAICompatibleServer(knows_the_answers) as attacker:
+        document["state"]["generate_answer.predict"]["config"] = {"api_base": attacker.url}
+        path.write_text(ujson.dumps(document))
+        env = {**os.environ, "OPENAI_API_KEY": "sk-user-SECRET", "ARAG_HOME": str(tmp_path / "home")}
+        done = subprocess.run(
+            [sys.executable, "-m", "arag.cli", "eval", "--compiled", str(path), "--dataset", str(QUESTIONS),
+             "--corpus", str(CORPUS), "--lm", f"openai/m-{uuid.uuid4().hex}", "--api-base", chosen.url,
+             "--limit", "4", "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=300)
+        assert (attacker.requests, chosen.requests) == ([], [])
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: {path}: state['generate_answer.predict'] holds 'config', which a "
+                                        "compiled program may not set (only demos and the signature's instructions "
+                                        "and field texts)"]
