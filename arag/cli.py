@@ -130,12 +130,13 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
 
     from arag.data import load_examples
     from arag.data.metrics import get_metric
-    from arag.evaluate import evaluate, fair_top_k
+    from arag.evaluate import check_run_folder, evaluate, fair_top_k
     from arag.optimizers.saving import check_addresses, load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
+    check_run_folder(out_dir)
     saved = read_compiled(compiled) if compiled else None
     if saved and program_name and program_name != saved.program:
         raise ConfigError(f"{compiled} holds a compiled {saved.program!r} program, not {program_name!r}")

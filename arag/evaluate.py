@@ -1,18 +1,24 @@
 """The evaluation harness: run a program over a dev set, one JSON row per example, resumably.
 
 Rows are appended to `predictions.jsonl` as examples finish, so a kill loses only the examples
-in flight; rerunning with the same output folder skips every example already answered.
+in flight; rerunning with the same output folder skips every example already answered. One process
+at a time holds a run folder (an exclusive lock on its `run.lock`); a folder with rows but no
+`run.json` was not written by arag and is refused.
 """
 
 from __future__ import annotations
 
 import contextvars
+import errno
+import fcntl
 import json
 import math
+import os
+import socket
 import time
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -30,6 +36,7 @@ from arag.programs.frame.base import MAX_LM_CALLS_SETTING
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
 RUN = "run.json"
+LOCK = "run.lock"
 MAX_ERRORS = 10  # failed examples in a row that stop a run: the setup, not the questions, is likely at fault
 COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
 
@@ -73,50 +80,55 @@ def evaluate(
     _check_unique_ids(devset)
     require_lm()
     store = _RowStore(Path(out_dir), run_info or {}) if out_dir is not None else None
-    finished = store.finished() if store else {}
-    attempts = store.attempts() if store else {}
-    todo = [ex for ex in devset if str(ex.id) not in finished]
-    rows = {key: row for key, row in finished.items()}
-    started = time.perf_counter()
-    failures_in_row = 0
-    interrupted = False
+    with store or nullcontext():
+        finished = store.finished() if store else {}
+        attempts = store.attempts() if store else {}
+        todo = [ex for ex in devset if str(ex.id) not in finished]
+        rows = {key: row for key, row in finished.items()}
+        started = time.perf_counter()
+        failures_in_row = 0
+        interrupted = False
 
-    cap = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
+        cap = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
 
-    def run_one(example: dspy.Example) -> dict[str, Any]:
-        with dspy.context(**cap):
-            return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
+        def run_one(example: dspy.Example) -> dict[str, Any]:
+            with dspy.context(**cap):
+                return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
 
-    bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
-    pool = ThreadPoolExecutor(max_workers=threads)
-    try:
-        pending = {pool.submit(contextvars.copy_context().run, run_one, ex) for ex in todo}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                row = future.result()
-                rows[row["id"]] = row
-                if store:
-                    store.append(row)
-                bar.update()
-                failures_in_row = failures_in_row + 1 if "error" in row else 0
-                if max_errors is not None and failures_in_row >= max_errors:
-                    step = f" in {row['error_step']}" if row.get("error_step") else ""
-                    raise AragError(
-                        f"stopped after {failures_in_row} failed examples in a row (--max-errors {max_errors}); "
-                        f"last error{step}: {row['error']}"
-                        + (f" (finished rows are kept in {store.dir})" if store else "")
-                    )
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
-    finally:
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
-        bar.close()
-        ordered = [rows[str(ex.id)] for ex in devset if str(ex.id) in rows]
-        summary = summarize(ordered, n_total=len(devset), wall_time=time.perf_counter() - started, run_info=run_info)
-        if store:
-            store.write_summary(summary)
+        bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
+        pool = ThreadPoolExecutor(max_workers=threads)
+        try:
+            pending = {pool.submit(contextvars.copy_context().run, run_one, ex) for ex in todo}
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    row = future.result()
+                    rows[row["id"]] = row
+                    if store:
+                        store.append(row)
+                    bar.update()
+                    failures_in_row = failures_in_row + 1 if "error" in row else 0
+                    if max_errors is not None and failures_in_row >= max_errors:
+                        step = f" in {row['error_step']}" if row.get("error_step") else ""
+                        raise AragError(
+                            f"stopped after {failures_in_row} failed examples in a row (--max-errors {max_errors}); "
+                            f"last error{step}: {row['error']}"
+                            + (f" (finished rows are kept in {store.dir})" if store else "")
+                        )
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
+            bar.close()
+            if store:
+                store.close_rows()
+                rows = store.last_rows()  # the file is the record: one row per id, whatever wrote it
+            ordered = [rows[str(ex.id)] for ex in devset if str(ex.id) in rows]
+            summary = summarize(ordered, n_total=len(devset), wall_time=time.perf_counter() - started,
+                                run_info=run_info)
+            if store:
+                store.write_summary(summary)
     return EvalResult(rows=ordered, summary=summary)
 
 
@@ -210,7 +222,8 @@ def _jsonable(value: Any) -> Any:
 
 
 class _RowStore:
-    """predictions.jsonl (append-only, one flushed line per example), run.json and summary.json."""
+    """predictions.jsonl (append-only, one flushed line per example), run.json and summary.json, in a folder this
+    process holds locked from construction to `release()`."""
 
     def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
         self.dir = directory
@@ -219,14 +232,19 @@ class _RowStore:
         except OSError as exc:
             raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
         self.path = directory / PREDICTIONS
-        self._check_run(run_info)
-        self._drop_partial_last_line()
         self._file = None
+        _previous_run(directory)  # a folder that is not a run of arag's gets no lock file either
+        self._lock = _lock_folder(directory)
+        try:
+            self._check_run(run_info)
+            self._drop_partial_last_line()
+        except BaseException:
+            self.release()
+            raise
 
     def _check_run(self, run_info: dict[str, Any]) -> None:
-        run_path = self.dir / RUN
-        if run_path.exists():
-            previous = ujson.loads(run_path.read_text(encoding="utf-8"))
+        previous = _previous_run(self.dir)
+        if previous is not None:
             changed = {k for k in set(previous) | set(run_info) if previous.get(k) != run_info.get(k)}
             if changed:
                 raise ConfigError(
@@ -234,7 +252,7 @@ class _RowStore:
                     "use another --out, or the same settings to resume it"
                 )
         else:
-            write_atomic(run_path, ujson.dumps(run_info, indent=2))
+            write_atomic(self.dir / RUN, ujson.dumps(run_info, indent=2))
 
     def _drop_partial_last_line(self) -> None:
         """A kill mid-write can leave half a line; cut it so appends stay line-aligned."""
@@ -247,7 +265,7 @@ class _RowStore:
 
     def finished(self) -> dict[str, dict[str, Any]]:
         """Rows already answered (failed ones are run again), by example id."""
-        return {key: row for key, row in self._last_rows().items() if "error" not in row}
+        return {key: row for key, row in self.last_rows().items() if "error" not in row}
 
     def attempts(self) -> dict[str, int]:
         """How many times each example has failed so far: the attempt number of its next try."""
@@ -257,7 +275,8 @@ class _RowStore:
                 counts[row["id"]] += 1
         return dict(counts)
 
-    def _last_rows(self) -> dict[str, dict[str, Any]]:
+    def last_rows(self) -> dict[str, dict[str, Any]]:
+        """The last row of each example id in predictions.jsonl."""
         return {row["id"]: row for row in self._all_rows()}
 
     def _all_rows(self) -> list[dict[str, Any]]:
@@ -270,6 +289,10 @@ class _RowStore:
                     row = ujson.loads(line)
                 except ValueError:
                     raise DataError(f"{self.path}:{lineno}: not a JSON row; move the file away to start over") from None
+                if not isinstance(row, dict) or not isinstance(row.get("id"), str) \
+                        or not isinstance(row.get("metrics"), dict):
+                    raise DataError(f"{self.path}:{lineno}: not a row of arag's (an object with a string 'id' and "
+                                    "'metrics'); move the file away to start over")
                 rows.append(row)
         return rows
 
@@ -279,11 +302,82 @@ class _RowStore:
         self._file.write(ujson.dumps(row, ensure_ascii=False) + "\n")
         self._file.flush()
 
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def close_rows(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
         write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
+
+    def __enter__(self) -> _RowStore:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Closes the rows file and unlocks the folder."""
+        self.close_rows()
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor releases its lock
+            self._lock = None
+
+
+def check_run_folder(directory: str | Path) -> None:
+    """Fails as `evaluate` would, before a command's set-up work, when the folder is held by another run, is
+    not a run of arag's, or holds a broken run.json (the same checks run again when the run starts)."""
+    directory = Path(directory)
+    if directory.is_dir():
+        _previous_run(directory)
+        os.close(_lock_folder(directory))
+
+
+def _previous_run(directory: Path) -> dict[str, Any] | None:
+    """The run.json of an earlier run in the folder, or None for a folder without rows; links in place of
+    arag's files, and rows or a summary without a run.json (not written by arag) are refused."""
+    for name in (RUN, PREDICTIONS, SUMMARY):
+        if (directory / name).is_symlink():
+            raise ConfigError(f"{directory / name} is a symbolic link; arag writes only files of its own: "
+                              "use another --out")
+    run_path = directory / RUN
+    if not run_path.exists():
+        foreign = [name for name in (PREDICTIONS, SUMMARY) if (directory / name).exists()]
+        if foreign:
+            raise ConfigError(f"{directory} holds {' and '.join(foreign)} but no {RUN}: not a run of arag's; "
+                              "use another --out, or move those files away")
+        return None
+    try:
+        previous = ujson.loads(run_path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{run_path}: not valid JSON ({exc}); use another --out") from None
+    if not isinstance(previous, dict):
+        raise DataError(f"{run_path}: not a run description (a JSON object); use another --out")
+    return previous
+
+
+def _lock_folder(directory: Path) -> int:
+    """An exclusive lock on the folder's run.lock (a descriptor, held until closed), which then names this process;
+    a ConfigError naming the holder when another process has it."""
+    path = directory / LOCK
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symbolic link; arag writes only files of its own: use another --out") \
+                from None
+        raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 200, 0).decode("utf-8", errors="replace").strip() or "unknown process"
+        os.close(descriptor)
+        raise ConfigError(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
+                          "or use another --out") from None
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+              .encode(), 0)
+    return descriptor
 
 
 def fair_top_k(summary_path: str | Path) -> int:

@@ -213,3 +213,25 @@ def test_serve_answers_dspy_colbertv2_with_the_index_passages(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=120)
+
+
+def arag(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "arag.cli", *args], capture_output=True, text=True, timeout=300,
+                          env=env or os.environ.copy())
+
+
+def test_a_broken_run_json_is_one_error_line_and_the_folder_is_kept(tmp_path):
+    questions, corpus = sample_paths()
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("[]")
+    (out / "predictions.jsonl").write_text('{"id": "q", "metrics": {}}\n')
+    with OpenAICompatibleServer(chief_of_protocol) as server:
+        done = arag("eval", "--program", "single-rag", "--dataset", str(questions), "--corpus", str(corpus),
+                    "--lm", "openai/m", "--api-base", server.url, "--out", str(out))
+        assert server.requests == []
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: {out / 'run.json'}: not a run description (a JSON object); "
+                                        "use another --out"]
+    assert (out / "run.json").read_text() == "[]" and sorted(p.name for p in out.iterdir()) == [
+        "predictions.jsonl", "run.json"]

@@ -1,4 +1,7 @@
-"""The evaluation harness: rows, summary, resumption, failures."""
+"""The evaluation harness: rows, summary, resumption, failures, and run folders that are not arag's to resume."""
+
+import subprocess
+import sys
 
 import dspy
 import pytest
@@ -116,3 +119,68 @@ def test_duplicate_ids_are_refused():
 def test_no_lm_is_a_clear_error():
     with pytest.raises(ConfigError, match="no LM is configured"):
         evaluate(build_program("no-retrieval"), examples(1), progress=False)
+
+
+FOREIGN = b'{"id": "q0", "note": "not a row of arag\'s"}\n{"id": "q1", "half a line'
+
+
+def test_a_folder_arag_did_not_start_is_refused_and_left_as_it_was(tmp_path):
+    (tmp_path / "predictions.jsonl").write_bytes(FOREIGN)
+    lm = scripted_lm(echo_item)
+    with dspy.context(lm=lm), pytest.raises(ConfigError, match="holds predictions.jsonl but no run.json"):
+        evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False)
+    assert (tmp_path / "predictions.jsonl").read_bytes() == FOREIGN and lm.engine.count == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["predictions.jsonl"]
+
+
+def test_rows_are_never_cut_or_written_through_a_symbolic_link(tmp_path):
+    program = build_program("no-retrieval")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(program, examples(1), out_dir=tmp_path / "run", progress=False)
+    elsewhere = tmp_path / "someone-elses.jsonl"
+    elsewhere.write_bytes(FOREIGN)
+    (tmp_path / "run" / "predictions.jsonl").unlink()
+    (tmp_path / "run" / "predictions.jsonl").symlink_to(elsewhere)
+    with dspy.context(lm=scripted_lm(echo_item)), pytest.raises(ConfigError, match="is a symbolic link"):
+        evaluate(program, examples(2), out_dir=tmp_path / "run", progress=False)
+    assert elsewhere.read_bytes() == FOREIGN
+
+
+@pytest.mark.parametrize("run_json, rows, message", [
+    (b"[]", b"", r"run.json: not a run description \(a JSON object\)"),
+    (b"{not json", b"", "run.json: not valid JSON"),
+    (b"{}", b'[1, 2]\n', r"predictions.jsonl:1: not a row of arag's"),
+    (b"{}", b'{"question": "no id", "metrics": {}}\n', r"predictions.jsonl:1: not a row of arag's"),
+    (b"{}", b'{"id": "q0", "prediction": "no metrics"}\n', r"predictions.jsonl:1: not a row of arag's"),
+    (b"{}", b'{"id": "q0", "metrics": {}}\n"a string"\n', r"predictions.jsonl:2: not a row of arag's"),
+])
+def test_a_broken_run_json_or_row_is_a_data_error_and_nothing_is_lost(tmp_path, run_json, rows, message):
+    (tmp_path / "run.json").write_bytes(run_json)
+    (tmp_path / "predictions.jsonl").write_bytes(rows)
+    lm = scripted_lm(echo_item)
+    with dspy.context(lm=lm), pytest.raises(DataError, match=message):
+        evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False)
+    assert lm.engine.count == 0
+    assert (tmp_path / "run.json").read_bytes() == run_json and (tmp_path / "predictions.jsonl").read_bytes() == rows
+
+
+def test_a_run_folder_is_held_by_one_process_at_a_time(tmp_path):
+    """A second process's lock on the folder, taken through a real subprocess, refuses this run with its holder."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(tmp_path / 'run.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nos.write(fd, b'pid 4242 on elsewhere')\n"
+         "print('held', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        lm = scripted_lm(echo_item)
+        with dspy.context(lm=lm), pytest.raises(ConfigError, match=r"in use by another arag run \(pid 4242 on "
+                                                                   r"elsewhere\)"):
+            evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False)
+        assert lm.engine.count == 0 and not (tmp_path / "run.json").exists()
+    finally:
+        holder.communicate("")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        assert evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False).summary["n"] == 2
+    assert "pid" in (tmp_path / "run.lock").read_text()

@@ -525,3 +525,32 @@ def test_the_api_key_appears_in_no_file_and_no_output(tmp_path):
                tmp_path / "tune" / "best_params.json"]
     assert all(path.is_file() for path in written) and any((tmp_path / "dspy-cache").rglob("*"))
     assert files_holding(tmp_path, SECRET_KEY) == []
+
+
+# ----------------------------------------------------------------------------------------------------
+# One run folder, two processes
+
+
+def test_a_second_eval_on_a_busy_folder_exits_naming_the_holder_and_the_first_counts_every_call(tmp_path):
+    questions, corpus = sample_paths()
+    out = tmp_path / "run"
+    env = {**os.environ, "ARAG_HOME": str(tmp_path / "home")}
+    with OpenAICompatibleServer(add_one, latency=0.4) as server:
+        argv = ["eval", "--program", "single-rag", "--dataset", str(questions), "--corpus", str(corpus),
+                "--lm", f"openai/busy-{os.getpid()}-{time.time_ns()}", "--api-base", server.url, "--out", str(out)]
+        first = subprocess.Popen([sys.executable, "-m", "arag.cli", *argv], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        predictions = out / "predictions.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (predictions.exists() and predictions.read_text().count("\n") >= 1):
+            time.sleep(0.05)
+        second = cli(*argv, env=env)
+        first_output = first.communicate(timeout=300)
+        calls = server.engine.count
+    assert first.returncode == 0, first_output
+    assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
+    assert second.stderr.startswith(f"error: {out} is in use by another arag run (pid {first.pid} on ")
+    rows, n = read_rows(predictions), len(load_examples(questions))
+    assert len(rows) == len({row["id"] for row in rows}) == n
+    summary = ujson.loads((out / "summary.json").read_text())
+    assert summary["n"] == n and summary["totals"]["lm_calls"] == calls == n
