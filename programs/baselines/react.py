@@ -109,6 +109,8 @@ class ReActSearch(RAGProgram):
     """ReAct: thought, search, observation, until finish; then the answer from the trajectory."""
 
     name = "react"
+    follows = ("the paper's loop (Yao et al., 2023) as dspy.ReAct runs it: thought, action, observation until finish, "
+               "then the answer; zero-shot, where the paper prompts with worked trajectories (compile to give demos)")
     params = (FLARE_SETTING_K, MAX_ITERS)
 
     def __init__(self, retriever=None, **params):
