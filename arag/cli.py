@@ -78,8 +78,10 @@ def index_group() -> None:
 @click.option("--checkpoint", type=click.Path(), help="ColBERT checkpoint folder (kind colbert), e.g. colbertv2.0.")
 def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None) -> None:
     """Build an index from a corpus file."""
+    from arag.data._io import check_output_folder
     from arag.retrievers import build_index
 
+    check_output_folder(out_dir)
     options = {"checkpoint": checkpoint} if checkpoint else {}
     path = build_index(corpus, out_dir, kind=kind, **options)
     click.echo(f"built {kind} index at {path}")
@@ -129,6 +131,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     import dspy
 
     from arag.data import load_examples
+    from arag.data._io import check_output_folder
     from arag.data.metrics import get_metric
     from arag.evaluate import check_run_folder, evaluate, fair_top_k
     from arag.optimizers.saving import check_addresses, load_program, read_compiled
@@ -136,7 +139,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
-    check_run_folder(out_dir)
+    check_run_folder(check_output_folder(out_dir))
     saved = read_compiled(compiled) if compiled else None
     if saved and program_name and program_name != saved.program:
         raise ConfigError(f"{compiled} holds a compiled {saved.program!r} program, not {program_name!r}")
@@ -208,8 +211,10 @@ def export_grounding_command(run: str, out_path: str, only_correct: bool, metric
 
     Every call is kept unless a filter drops it; each line's metadata lists the call's flaws (malformed,
     no evidence, unrevised, revised wrongly) either way."""
+    from arag.data._io import check_output_file
     from arag.optimizers.distillation import export_grounding
 
+    check_output_file(out_path)
     count = export_grounding(run, out_path, only_correct=only_correct, metric=metric, drop_malformed=drop_malformed,
                              drop_no_evidence=drop_no_evidence, drop_unrevised=drop_unrevised,
                              drop_revised_wrongly=drop_revised_wrongly, paper_filters=paper_filters)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import ujson
 
-from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
+from arag.cli_options import LMSetup, given_params, lm_options, option_assignments, retriever_options
 from arag.errors import ConfigError
 
 
@@ -49,19 +49,21 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     import dspy
 
     from arag.data import load_examples
+    from arag.data._io import check_output_file
     from arag.data.metrics import default_metrics, get_metric
     from arag.lm import build_lm
     from arag.optimizers.compile import compile, parse_option_value
     from arag.optimizers.saving import save_program
     from arag.programs import build_program, get_program
-    from arag.programs.frame.params import parse_assignments, resolve_params
+    from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
+    check_output_file(out_path)
     cls = get_program(program_name)
     params = resolve_params(cls.params, given_params(params_file, param_pairs), program_name)
     if metric:
         get_metric(metric)
-    options = {key: parse_option_value(value) for key, value in parse_assignments(option_pairs).items()}
+    options = {key: parse_option_value(value) for key, value in option_assignments(option_pairs, "--option").items()}
     clash = sorted(set(options) & set(inspect.signature(compile).parameters))
     if clash:
         raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
@@ -142,19 +144,20 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     import optuna
 
     from arag.data import load_examples
+    from arag.data._io import check_output_folder
     from arag.optimizers.saving import read_compiled
     from arag.optimizers.tune import parse_objectives, search_space, tune
     from arag.programs import get_program
-    from arag.programs.frame.params import parse_assignments
     from arag.retrievers import open_retriever
 
+    check_output_folder(out_dir)
     if not program_name:
         if not compiled:
             raise ConfigError("give --program NAME (or --compiled FILE)")
         program_name = read_compiled(compiled).program
     cls = get_program(program_name)
     fixed = given_params(params_file, param_pairs)
-    ranges = {name: tuple(value.split(":")) for name, value in parse_assignments(range_pairs).items()}
+    ranges = {name: tuple(value.split(":")) for name, value in option_assignments(range_pairs, "--range").items()}
     parse_objectives(objectives or ("f1",))
     if 0 < cost_ceiling <= 1:
         raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, "
@@ -199,9 +202,10 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
 def train_router_command(runs: tuple[str, ...], out_path: str, metric: str, correct_at: float,
                          hop_pairs: tuple[str, ...], held_out: float, seed: int) -> None:
     """Train adaptive-rag's router from `arag eval` runs of no-retrieval, single-rag and ircot (RUN: their folders)."""
+    from arag.data._io import check_output_file
     from arag.optimizers.router_training import label_runs, parse_hops, train_router
 
-    if not Path(out_path).parent.is_dir():
+    if not check_output_file(out_path).parent.is_dir():
         raise ConfigError(f"cannot write {out_path}: its folder does not exist")
     labelled = label_runs(runs, metric=metric, hops=parse_hops(hop_pairs), correct_at=correct_at)
     report = train_router(labelled, out_path, held_out=held_out, seed=seed, metric=metric, correct_at=correct_at)

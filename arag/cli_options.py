@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,15 @@ import click
 import ujson
 
 from arag.errors import ConfigError
+
+# --lm-arg settings whose type arag knows, with their least value: a wrong one fails before any work, not at
+# every question. Other settings go to the LM unchecked.
+LM_SETTING_TYPES: dict[str, tuple[type, float | None]] = {
+    "temperature": (float, 0), "top_p": (float, 0), "frequency_penalty": (float, None),
+    "presence_penalty": (float, None), "timeout": (float, 0), "max_tokens": (int, 1), "max_completion_tokens": (int, 1),
+    "n": (int, 1), "seed": (int, None), "num_retries": (int, 0), "top_k": (int, 0), "context_length": (int, 1),
+    "threads": (int, 1),
+}
 
 
 @dataclass(frozen=True)
@@ -34,13 +44,12 @@ class LMSetup:
         from arag.adapters import TextAdapter
         from arag.concurrency import set_lm_concurrency
         from arag.lm import build_lm
-        from arag.programs.frame.params import parse_assignments
 
         if not self.spec:
             raise ConfigError("no LM configured: pass --lm local (a small model run on this machine), or --lm "
                               "provider/model (with --api-base URL for a local OpenAI-compatible server such as "
                               "vLLM or Ollama), or set ARAG_LM")
-        extra = {key: _json_value(value) for key, value in parse_assignments(self.args).items()}
+        extra = lm_settings(self.args)
         lm = build_lm(self.spec, api_base=self.api_base, api_key_env=self.api_key_env, logprobs=self.logprobs,
                       top_logprobs=5 if self.logprobs else None, **extra)
         if not self.schema:
@@ -55,6 +64,31 @@ class LMSetup:
 
         if self.api_base:
             check_server(self.api_base)
+
+
+def lm_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """--lm-arg key=value pairs, values read as JSON (else kept as text), known settings checked."""
+    settings = {key: _json_value(value) for key, value in option_assignments(pairs, "--lm-arg").items()}
+    for key, value in settings.items():
+        if key not in LM_SETTING_TYPES:
+            continue
+        kind, least = LM_SETTING_TYPES[key]
+        numeric = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float else int)
+        if not numeric or not math.isfinite(value) or least is not None and value < least:
+            what = "a number" if kind is float else "an integer"
+            bound = f" of at least {least}" if least is not None else ""
+            raise ConfigError(f"--lm-arg {key} must be {what}{bound}, got {value!r}")
+    return settings
+
+
+def option_assignments(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    """`key=value` pairs of a repeatable option into a dict; a pair without `=` is an error naming `option`."""
+    from arag.programs.frame.params import parse_assignments
+
+    for pair in pairs:
+        if "=" not in pair or not pair.partition("=")[0].strip():
+            raise ConfigError(f"{option} expects key=value, got {pair!r}")
+    return parse_assignments(pairs)
 
 
 def _json_value(text: str) -> Any:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, TextIO
 
-from arag.errors import DataError
+from arag.errors import ConfigError, DataError
 
 
 @contextmanager
@@ -29,6 +29,34 @@ def atomic_writer(path: str | Path, newline: str | None = None) -> Iterator[Text
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
+
+
+def check_output_file(path: str | Path) -> Path:
+    """`path` as a Path when a file can be written there (its folder is made if needed), else a ConfigError: for
+    commands to check before any work."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"cannot write {path}: it is a folder; give the path of a file")
+    _check_writable_folder(path.parent, path)
+    return path
+
+
+def check_output_folder(path: str | Path) -> Path:
+    """`path` as a Path when it is, or can be made, a folder to write in, else a ConfigError."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"cannot use {path} as an output folder: it is a file")
+    _check_writable_folder(path, path)
+    return path
+
+
+def _check_writable_folder(folder: Path, target: Path) -> None:
+    """The folder, or the nearest of its parents that exists (the rest would be made), must be a writable folder."""
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise ConfigError(f"cannot write {target}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write {target}: no permission to write in {existing}")
 
 
 def write_atomic(path: str | Path, text: str) -> None:

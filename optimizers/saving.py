@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import dspy
 import ujson
 
-from arag.data._io import write_atomic
+from arag.data._io import check_output_file, write_atomic
 from arag.errors import AragError, ConfigError, DataError
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.registry import build_program, get_program
@@ -66,7 +66,7 @@ def save_program(program: RAGProgram, path: str | Path, *, meta: Mapping[str, An
         "meta": dict(meta or {}),
         "state": portable_state(program.dump_state()),
     }
-    path = Path(path)
+    path = check_output_file(path)
     write_atomic(path, ujson.dumps(document, indent=2, ensure_ascii=False))
     return path
 

@@ -46,6 +46,7 @@ import dspy
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from arag.data._io import check_output_folder
 from arag.data.metrics import METRICS, default_metrics
 from arag.errors import AragError, ConfigError, DataError, LMCallBudgetSpent
 from arag.evaluate import evaluate
@@ -184,6 +185,7 @@ def tune(
     """
     goals = parse_objectives(objectives)
     _check_counts(trials=trials, n_jobs=n_jobs, threads=threads, chunk_size=chunk_size)
+    out_dir = check_output_folder(out_dir)
     if cost_ceiling is not None and not cost_ceiling > 1:
         raise ConfigError(f"cost_ceiling must be above 1 (a multiple of the defaults' LM calls), got {cost_ceiling!r}")
     if pruner not in PRUNERS:
@@ -200,7 +202,6 @@ def tune(
             logger.warning("objective %s is not among this dataset's metrics (%s)", goal.name, ", ".join(own_metrics))
     build = _program_builder(program_name, retriever, fixed, compiled)
     defaults = build({}).config
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     setup = {"program": program_name, "objectives": [g.name for g in goals], "devset": _fingerprint(devset),
              "space": [_describe(p) for p in space], "fixed": fixed,

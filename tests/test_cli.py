@@ -128,6 +128,9 @@ def test_index_build(tmp_path):
         ({"--dataset": "{bad}"}, "bad.jsonl, line 2: invalid JSON"),
         ({"--corpus": "missing-corpus.jsonl"}, "missing-corpus.jsonl"),
         ({"--params-file": "missing.json"}, "--params-file missing.json: no such file"),
+        ({"--lm-arg": "noequals"}, "--lm-arg expects key=value, got 'noequals'"),
+        ({"--lm-arg": "temperature=abc"}, "--lm-arg temperature must be a number of at least 0, got 'abc'"),
+        ({"--lm-arg": "max_tokens=-5"}, "--lm-arg max_tokens must be an integer of at least 1, got -5"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_exit_2(tmp_path, overrides, message):
@@ -218,6 +221,37 @@ def test_serve_answers_dspy_colbertv2_with_the_index_passages(tmp_path):
 def arag(*args, env=None):
     return subprocess.run([sys.executable, "-m", "arag.cli", *args], capture_output=True, text=True, timeout=300,
                           env=env or os.environ.copy())
+
+
+@pytest.mark.parametrize("command, out, message", [
+    ("compile", "folder", "cannot write {out}: it is a folder; give the path of a file"),
+    ("tune", "file", "cannot use {out} as an output folder: it is a file"),
+    ("eval", "file", "cannot use {out} as an output folder: it is a file"),
+    ("export-grounding", "folder", "cannot write {out}: it is a folder; give the path of a file"),
+    ("index", "file", "cannot use {out} as an output folder: it is a file"),
+    ("compile", "under-a-file", "cannot write {out}: {file} is a file, not a folder"),
+])
+def test_a_command_checks_its_output_path_before_any_work(tmp_path, command, out, message):
+    questions, corpus = sample_paths()
+    folder, a_file = tmp_path / "runs", tmp_path / "a-file"
+    folder.mkdir()
+    a_file.write_text("mine")
+    target = {"folder": folder, "file": a_file, "under-a-file": a_file / "compiled.json"}[out]
+    lm = ["--corpus", str(corpus), "--lm", f"openai/m-{uuid.uuid4().hex}", "--limit", "4"]
+    with OpenAICompatibleServer(chief_of_protocol) as server:
+        argv = {
+            "compile": ["compile", "--program", "single-rag", "--trainset", str(questions), *lm],
+            "tune": ["tune", "--program", "single-rag", "--devset", str(questions), "--trials", "1", *lm],
+            "eval": ["eval", "--program", "single-rag", "--dataset", str(questions), *lm],
+            "export-grounding": ["export-grounding", str(tmp_path)],
+            "index": ["index", "build", "--corpus", str(corpus)],
+        }[command]
+        done = arag(*argv, *(["--api-base", server.url] if "--lm" in argv else []), "--out", str(target))
+        assert server.requests == []
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [f"error: {message.format(out=target, file=a_file)}"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "runs"] and a_file.read_text() == "mine"
+    assert list(folder.iterdir()) == []
 
 
 def test_a_broken_run_json_is_one_error_line_and_the_folder_is_kept(tmp_path):
