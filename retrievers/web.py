@@ -16,11 +16,21 @@ Web hits are fetched in parallel and parsed with BeautifulSoup (the standard lib
 words (scripts, navigation, headers, footers, asides and forms dropped), at most `max_paragraphs`
 of them, titled with the page's first `<h1>` (else its `<title>`, else the hit's title). A page that
 cannot be fetched, is not HTML, or has no such paragraph contributes the provider's snippet instead.
+
+A search result can name any URL. Pages (and redirects) whose host is or resolves to a loopback, private,
+link-local or otherwise non-public address are not fetched (the snippet stands in), so that a result cannot
+make arag read a service inside the machine or its network. Set ARAG_WEB_ALLOW_PRIVATE=1 to fetch them
+(a search run against an intranet, a test server); the provider's own endpoint (`NAME:BASE_URL`) is never
+checked: it is the user's choice. The check resolves names before each request; a name that resolves
+differently at connection time (DNS rebinding) is not caught.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -31,6 +41,8 @@ from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers.base import Retriever
 
+logger = logging.getLogger(__name__)
+
 WEB_SPEC_FORMS = "serper, tavily, brave, searxng (each optionally NAME:BASE_URL), local:DIR, or none"
 MIN_PARAGRAPH_WORDS = 5
 MAX_PARAGRAPHS = 20
@@ -38,6 +50,7 @@ MAX_PAGE_BYTES = 2_000_000
 SEARCH_TIMEOUT_S = 20.0
 FETCH_TIMEOUT_S = 10.0
 USER_AGENT = "arag/0.1 (CRAG knowledge search)"
+ALLOW_PRIVATE_ENV = "ARAG_WEB_ALLOW_PRIVATE"
 _DROPPED_ELEMENTS = ("script", "style", "noscript", "template", "nav", "header", "footer", "aside", "form")
 
 
@@ -203,10 +216,11 @@ class WebSearch:
     """Search with a provider, then fetch the hits' pages and cut them into paragraph passages."""
 
     def __init__(self, provider: SearchProvider, *, max_paragraphs: int = MAX_PARAGRAPHS,
-                 fetch_timeout: float = FETCH_TIMEOUT_S):
+                 fetch_timeout: float = FETCH_TIMEOUT_S, allow_private: bool = False):
         self.provider = provider
         self.max_paragraphs = max_paragraphs
         self.fetch_timeout = fetch_timeout
+        self.allow_private = allow_private
 
     def __str__(self) -> str:
         return self.provider.name
@@ -218,7 +232,7 @@ class WebSearch:
         hits = self.provider.search(query, n)
         if not hits:
             return []
-        client = httpx.Client(timeout=self.fetch_timeout, follow_redirects=True, headers={"User-Agent": USER_AGENT})
+        client = page_client(self.fetch_timeout, allow_private=self.allow_private)
         with client, ThreadPoolExecutor(max_workers=len(hits)) as pool:
             return list(pool.map(lambda hit: self._document(client, hit), hits))
 
@@ -273,7 +287,39 @@ def open_knowledge_search(spec: str, *, max_paragraphs: int = MAX_PARAGRAPHS) ->
             raise ConfigError(f"parameter 'web': {exc}") from None
     if name not in PROVIDERS:
         raise ConfigError(f"parameter 'web' must be one of {WEB_SPEC_FORMS}; got {spec!r}")
-    return WebSearch(PROVIDERS[name](base_url=location or None), max_paragraphs=max_paragraphs)
+    allow_private = os.environ.get(ALLOW_PRIVATE_ENV, "").strip().lower() in ("1", "true", "yes")
+    return WebSearch(PROVIDERS[name](base_url=location or None), max_paragraphs=max_paragraphs,
+                     allow_private=allow_private)
+
+
+class NonPublicAddress(httpx.RequestError):
+    """A page whose host is, or resolves to, an address outside the public internet."""
+
+
+def page_client(timeout: float = FETCH_TIMEOUT_S, *, allow_private: bool = False) -> httpx.Client:
+    """The HTTP client that fetches result pages, following redirects; without `allow_private`, every request
+    (redirects included) to a non-public address fails with NonPublicAddress."""
+    hooks = {} if allow_private else {"request": [refuse_non_public]}
+    return httpx.Client(timeout=timeout, follow_redirects=True, headers={"User-Agent": USER_AGENT},
+                        event_hooks=hooks)
+
+
+def refuse_non_public(request: httpx.Request) -> None:
+    """Raises NonPublicAddress when the request's host is, or resolves to, a loopback, private, link-local,
+    multicast or reserved address."""
+    host = request.url.host
+    try:
+        found = socket.getaddrinfo(host, request.url.port or 443, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise httpx.ConnectError(f"cannot resolve {host!r}: {exc}", request=request) from None
+    for *_, address in found:
+        ip = ipaddress.ip_address(address[0].partition("%")[0])
+        if ip.version == 6 and ip.ipv4_mapped:
+            ip = ip.ipv4_mapped
+        if not ip.is_global or ip.is_multicast:
+            logger.info("not fetching %s: %s is not a public address (set %s=1 to allow)", request.url, ip,
+                        ALLOW_PRIVATE_ENV)
+            raise NonPublicAddress(f"{host} is at {ip}, not a public address", request=request)
 
 
 def fetch_page(client: httpx.Client, url: str) -> str | None:

@@ -7,6 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import dspy
+import httpx
 import pytest
 
 import arag.programs.crag.crag  # noqa: F401  (registers the program)
@@ -17,12 +18,15 @@ from arag.retrievers import BM25Retriever
 from arag.retrievers.web import (
     BraveSearch,
     LocalSearch,
+    NonPublicAddress,
     SearxngSearch,
     SerperSearch,
     TavilySearch,
     WebSearch,
+    fetch_page,
     open_knowledge_search,
     page_paragraphs,
+    refuse_non_public,
 )
 from arag.testing import Tokens, scripted_lm
 
@@ -212,7 +216,8 @@ def test_page_paragraphs_reads_real_paragraphs_only():
 
 
 def test_web_search_fetches_pages_and_falls_back_to_snippets(web):
-    documents = WebSearch(SerperSearch(base_url=f"{web.url}/serper"), max_paragraphs=2).search("Ada", 3)
+    documents = WebSearch(SerperSearch(base_url=f"{web.url}/serper"), max_paragraphs=2,
+                          allow_private=True).search("Ada", 3)
     article, missing, pdf = documents
     assert article.fetched and article.title == "Ada Lovelace"
     assert [p.text for p in article.passages] == [
@@ -226,6 +231,46 @@ def test_web_search_fetches_pages_and_falls_back_to_snippets(web):
     fetched = sorted(r["path"] for r in web.requests if r["path"].startswith("/pages/"))
     assert fetched == ["/pages/article.html", "/pages/gone.html", "/pages/paper.pdf"]
     assert article.summary() == {"title": "Ada Lovelace", "url": article.url, "paragraphs": 2, "fetched": True}
+
+
+def test_result_pages_at_loopback_private_or_link_local_addresses_are_not_fetched_by_default(web):
+    port = web.url.rsplit(":", 1)[1]
+    web.hits = [("Loopback", f"{web.url}/pages/article.html", "Snippet one"),
+                ("By name", f"http://localhost:{port}/pages/article.html", "Snippet two"),
+                ("IPv6 loopback", f"http://[::1]:{port}/pages/article.html", "Snippet three"),
+                ("Cloud metadata", "http://169.254.169.254/latest/meta-data/", "Snippet four"),
+                ("Intranet", "http://10.1.2.3/admin", "Snippet five")]
+    documents = WebSearch(SerperSearch(base_url=f"{web.url}/serper"), fetch_timeout=1).search("Ada", 5)
+    assert [(d.fetched, [p.text for p in d.passages]) for d in documents] == [
+        (False, [snippet]) for _, _, snippet in web.hits]
+    assert not [r for r in web.requests if r["path"].startswith("/pages/")], "a private page was fetched"
+
+
+def test_a_redirect_to_a_private_address_is_not_followed():
+    public = "http://93.184.215.14/article"
+    requested = []
+
+    def internet(request: httpx.Request) -> httpx.Response:
+        requested.append(str(request.url))
+        if request.url.host == "93.184.215.14":
+            return httpx.Response(302, headers={"Location": "http://127.0.0.1:9/internal"})
+        return httpx.Response(200, html="<p>An internal page that no search result may make arag read.</p>")
+
+    client = httpx.Client(transport=httpx.MockTransport(internet), follow_redirects=True,
+                          event_hooks={"request": [refuse_non_public]})
+    with client:
+        assert fetch_page(client, public) is None
+    assert requested == [public]
+    with pytest.raises(NonPublicAddress, match="127.0.0.1"):
+        refuse_non_public(httpx.Request("GET", "http://127.0.0.1:9/internal"))
+
+
+def test_the_switch_lets_searches_fetch_private_pages(web, monkeypatch):
+    spec = f"serper:{web.url}/serper"
+    assert open_knowledge_search(spec).allow_private is False
+    monkeypatch.setenv("ARAG_WEB_ALLOW_PRIVATE", "1")
+    search = open_knowledge_search(spec)
+    assert search.allow_private is True and search.search("Ada", 1)[0].fetched
 
 
 def test_open_knowledge_search_specs(web, tmp_path):
@@ -248,7 +293,8 @@ def test_open_knowledge_search_specs(web, tmp_path):
 # --- CRAG searching the web ------------------------------------------------------------------------
 
 
-def test_crag_searches_the_web_when_retrieval_is_incorrect(web):
+def test_crag_searches_the_web_when_retrieval_is_incorrect(web, monkeypatch):
+    monkeypatch.setenv("ARAG_WEB_ALLOW_PRIVATE", "1")  # the pages are on this machine's loopback server
     keywords_seen = []
 
     def responder(call):
