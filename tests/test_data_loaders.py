@@ -461,11 +461,12 @@ def test_sample_set_is_answerable_from_its_corpus():
     questions_path, corpus_path = sample_paths()
     questions = load_examples(questions_path)
     corpus = load_corpus(corpus_path)
-    assert len(questions) == 24 and len(corpus) == 80
+    assert len(questions) == 24 and len(corpus) == 240
     titles = {p.title for p in corpus}
     for example in questions:
         assert len(example.supporting_titles) == 2
         assert set(example.supporting_titles) <= titles
+        assert example.answers[0].lower() not in ("yes", "no")
 
 
 # ---------------------------------------------------------------- the shared real sets

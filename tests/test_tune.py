@@ -3,6 +3,7 @@
 import csv
 import json
 import warnings
+from pathlib import Path
 
 import dspy
 import optuna
@@ -12,7 +13,7 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.cli_optimize import compile_command, tune_command
-from arag.data import load_corpus, load_examples, sample_paths
+from arag.data import load_corpus, load_examples
 from arag.errors import AragError, ConfigError
 from arag.optimizers.compile import compile
 from arag.optimizers.saving import save_program
@@ -25,7 +26,8 @@ for command in (compile_command, tune_command):
     if command.name not in main.commands:
         main.add_command(command)
 
-QUESTIONS, CORPUS = sample_paths()
+WRITTEN_SAMPLE = Path(__file__).parent / "fixtures_data" / "written_sample"  # small, famous facts
+QUESTIONS, CORPUS = WRITTEN_SAMPLE / "questions.jsonl", WRITTEN_SAMPLE / "corpus.jsonl"
 EXAMPLES = load_examples(QUESTIONS)
 BY_QUESTION = {e.question: e for e in EXAMPLES}
 MOST_PASSAGES_READ = 6

@@ -1,0 +1,195 @@
+"""The quality table: programs × datasets on one model and retriever, resumable, with intervals and costs.
+
+    python benchmarks/quality.py [--model qwen2.5-coder-1.5b] [--n 20] [--programs single-rag,flare,...]
+                                 [--datasets hotpotqa,popqa] [--table]
+
+Every program runs with its defaults over the first --n questions of each dataset (a fixed order, so every
+program sees the same questions): HotpotQA (../shared/datasets/hotpotqa, BM25 over its distractor corpus) and
+PopQA's long tail, the questions that carry passages (../shared/datasets/popqa_longtail, BM25 over its corpus).
+The model is loaded once for the whole matrix; each cell (program, dataset) gets a fresh DSPy cache, so every
+cost is the program's own. Scored by EM, F1 and match (a gold alias appears in the answer: the accuracy the
+Self-RAG and CRAG papers report).
+
+Each cell is an `arag eval` run folder under --runs (traces included, for `arag report`), and its compact rows
+(id, answer, scores, costs, step counts and the commit: no question or passage text) are kept under --results,
+which lives in the repository: stopped at any moment (SIGKILL included), the matrix continues where it stopped,
+on this machine or another that has the results, without answering a question twice. --table prints, per
+dataset, each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on the
+same questions, and its costs per question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
+
+import arag  # noqa: E402
+from arag.data._io import atomic_writer  # noqa: E402
+from arag.report import read_rows  # noqa: E402
+from arag.runs_table import markdown, table_rows  # noqa: E402
+from arag.testing import isolated_cache  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "datasets"
+METRICS = ("em", "f1", "match")
+BASELINE = "single-rag"
+# Cheap and informative programs first, so that a short session still fills whole rows of the table.
+ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
+         "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
+         "adaptive-rag")
+KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls",
+        "distinct_passages", "seconds", "error_kind", "error_step")
+
+logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
+
+
+def datasets(shared: Path) -> dict[str, tuple[Path, Path, bool]]:
+    """name -> (questions, corpus, keep only questions that carry passages)."""
+    return {
+        "hotpotqa": (shared / "hotpotqa" / "public.jsonl", shared / "hotpotqa" / "corpus.jsonl", False),
+        "popqa": (shared / "popqa_longtail" / "public.jsonl", shared / "popqa_longtail" / "corpus.jsonl", True),
+    }
+
+
+def load_questions(path: Path, with_passages: bool, n: int) -> list[dspy.Example]:
+    examples = arag.load_examples(str(path))
+    if with_passages:
+        examples = [e for e in examples if getattr(e, "passages", None)]
+    return examples[:n]
+
+
+def compact(row: dict, commit: str) -> dict:
+    kept = {key: row[key] for key in KEPT if key in row}
+    kept["steps"] = dict(Counter(step.get("step", "?") for step in row.get("trace") or ()))
+    kept["commit"] = commit
+    return kept
+
+
+def read_results(path: Path) -> dict[str, dict]:
+    """A cell's compact rows by id (written whole, atomically: no half line to guard against)."""
+    return {row["id"]: row for row in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
+
+
+def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
+    """The cell's results, with every question the run folder finished since added (the run folder's newer row
+    wins: a failure retried); written atomically."""
+    kept = read_results(results)
+    predictions = run_dir / "predictions.jsonl"
+    run_rows = read_rows(predictions) if predictions.exists() and predictions.read_text().strip() else []
+    changed = False
+    for row in run_rows:
+        if kept.get(row["id"], {}).get("seconds") != row.get("seconds") or row["id"] not in kept:
+            kept[row["id"]] = compact(row, kept.get(row["id"], {}).get("commit") or commit)
+            changed = True
+    if changed:
+        with atomic_writer(results) as handle:
+            for row in kept.values():
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return kept
+
+
+def current_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_cell(program_name: str, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
+             runs: Path, results: Path, params: dict) -> dict[str, dict]:
+    run_dir, cell_results = runs / dataset / program_name, results / dataset / f"{program_name}.jsonl"
+    commit = current_commit()
+    kept = sync(run_dir, cell_results, commit)
+    todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
+    if todo:
+        retriever = arag.open_retriever(corpus=str(corpus))
+        program = arag.build_program(program_name, retriever, **params)
+        run_info = {"program": program_name, "params": program.config, "dataset": dataset, "lm": lm.model}
+        with isolated_cache(), dspy.context(lm=lm):
+            arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info, progress=False,
+                          max_errors=None)
+        kept = sync(run_dir, cell_results, commit)
+    return kept
+
+
+def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path) -> None:
+    for dataset in names:
+        questions, _, with_passages = datasets(shared)[dataset]
+        ids = [e.id for e in load_questions(questions, with_passages, n)]
+        runs = []
+        for program in programs:
+            kept = read_results(results / dataset / f"{program}.jsonl")
+            rows = [kept[i] for i in ids if i in kept]
+            if rows:
+                runs.append((program, rows))
+        baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
+        print(f"\n{dataset}: the first {n} questions\n")
+        print(markdown(table_rows(runs, METRICS, baseline), METRICS, baseline))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a name of `arag models`")
+    parser.add_argument("--lm", help="any LM spec instead of the local model (e.g. openai/MODEL with --api-base)")
+    parser.add_argument("--api-base", help="an OpenAI-compatible server's URL, for --lm")
+    parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's; 1 on a busy "
+                        "machine, where threads that wait for each other lose far more than one thread gains)")
+    parser.add_argument("--n", type=int, default=20, help="the first N questions of each dataset")
+    parser.add_argument("--programs", default=",".join(ORDER), help="comma-separated, run in this order")
+    parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
+    parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
+                        help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
+    parser.add_argument("--shared", type=Path, default=SHARED, help="the shared datasets folder")
+    parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
+    parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
+    parser.add_argument("--table", action="store_true", help="only print the table of what the results hold")
+    args = parser.parse_args()
+    label = args.lm.replace("/", "-") if args.lm else args.model
+    runs = args.runs or ROOT / "runs" / "quality" / label
+    results = args.results or ROOT / "benchmarks" / "results" / "quality" / label
+    programs = [name.strip() for name in args.programs.split(",") if name.strip()]
+    names = [name.strip() for name in args.datasets.split(",") if name.strip()]
+    unknown = sorted(set(programs) - set(arag.PROGRAMS)) + sorted(set(names) - set(datasets(args.shared)))
+    if unknown:
+        raise SystemExit(f"unknown program or dataset: {', '.join(unknown)}")
+    params: dict[str, dict] = {}
+    for assignment in args.param:
+        target, _, value = assignment.partition("=")
+        program, _, name = target.partition(".")
+        params.setdefault(program, {})[name] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
+    if args.table:
+        print_table(results, programs, names, args.n, args.shared)
+        return 0
+    lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
+          else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))
+    loaded = {name: (load_questions(q, keep, args.n), corpus)
+              for name, (q, corpus, keep) in datasets(args.shared).items() if name in names}
+    for program in programs:
+        if program == "adaptive-rag" and "classifier" not in params.get(program, {}):
+            print("adaptive-rag: skipped (give --param adaptive-rag.classifier=ROUTER.json, a router trained on "
+                  "this model's runs over other questions)", flush=True)
+            continue
+        for dataset, (examples, corpus) in loaded.items():
+            kept = run_cell(program, dataset, examples, corpus, lm, runs, results, params.get(program, {}))
+            done = [kept[e.id] for e in examples if e.id in kept]
+            f1 = sum(r.get("metrics", {}).get("f1", 0.0) for r in done) / max(len(done), 1)
+            failed = sum("error_kind" in r for r in done)
+            print(f"{program:<15}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
+    print_table(results, programs, names, args.n, args.shared)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

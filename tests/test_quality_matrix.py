@@ -1,0 +1,101 @@
+"""The quality matrix (benchmarks/quality.py): killed in the middle of a cell and run again, it answers no
+question twice and ends with the same results as an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from arag.testing import OpenAICompatibleServer, Scripted
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def slow_answer(call):
+    time.sleep(0.2)  # a few seconds per cell: time to kill it half-way
+    question = call.inputs.get("question", "")
+    return {field: Scripted(question.split()[-1].strip("?") if field == "answer" else "From the passages.")
+            for field in call.output_fields}
+
+
+def matrix(server, folder: Path, *extra: str) -> subprocess.Popen:
+    command = [sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--lm", "openai/loopback-matrix",
+               "--api-base", server.url, "--n", "6", "--programs", "no-retrieval,single-rag", "--datasets", "hotpotqa",
+               "--runs", str(folder / "runs"), "--results", str(folder / "results"), *extra]
+    env = {**os.environ, "ARAG_HOME": str(folder / "home")}
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen) -> str:
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-2000:]
+    return out
+
+
+def results(folder: Path) -> dict:
+    """Each cell's rows without what depends on the clock."""
+    cells = {}
+    for path in sorted((folder / "results").rglob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        cells[path.stem] = sorted(({k: v for k, v in r.items() if k not in ("seconds", "commit")} for r in rows),
+                                  key=lambda r: r["id"])
+    return cells
+
+
+def test_a_killed_matrix_resumes_without_repeating_a_question(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path / "whole"))
+        uninterrupted_calls = len(server.requests)
+
+        killed = matrix(server, tmp_path / "killed")
+        rows = tmp_path / "killed" / "runs" / "hotpotqa" / "single-rag" / "predictions.jsonl"
+        deadline = time.monotonic() + 240
+        while not (rows.exists() and len(rows.read_text().splitlines()) >= 2):
+            assert killed.poll() is None and time.monotonic() < deadline, "the matrix ended before it could be killed"
+            time.sleep(0.05)
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        answered_before = len(rows.read_text().splitlines())
+        assert answered_before < 6
+        calls_before = len(server.requests)
+        table = finish(matrix(server, tmp_path / "killed"))
+        resumed_calls = len(server.requests) - calls_before
+
+    ids = [json.loads(line)["id"] for line in rows.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 6
+    assert resumed_calls <= 6 - answered_before + 1  # at most the question in flight is asked again
+    assert calls_before - uninterrupted_calls + resumed_calls <= uninterrupted_calls + 1
+    assert results(tmp_path / "killed") == results(tmp_path / "whole")
+    assert "| single-rag | 6 | 0 |" in table and "em vs single-rag" in table
+
+
+def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path))
+    table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--table", "--lm", "openai/x",
+                            "--n", "6", "--programs", "no-retrieval,single-rag", "--datasets", "hotpotqa",
+                            "--results", str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT)
+    assert table.returncode == 0, table.stderr
+    lines = [line for line in table.stdout.splitlines() if line.startswith("| ")]
+    assert [line.split(" | ")[0] for line in lines] == ["| run", "| no-retrieval", "| single-rag"]
+    for path in (tmp_path / "results").rglob("*.jsonl"):
+        row = json.loads(path.read_text().splitlines()[0])
+        assert "question" not in row and "trace" not in row and {"id", "metrics", "lm_calls"} <= row.keys()
+
+
+@pytest.mark.parametrize("bad, message", [(["--programs", "nope"], "unknown program or dataset: nope"),
+                                          (["--datasets", "trivia"], "unknown program or dataset: trivia")])
+def test_unknown_names_stop_before_any_work(tmp_path, bad, message):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results", str(tmp_path), *bad],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and message in done.stderr
+    assert not any(tmp_path.iterdir())
