@@ -15,7 +15,8 @@ Each cell is an `arag eval` run folder under --runs (traces included, for `arag 
 which lives in the repository: stopped at any moment (SIGKILL included), the matrix continues where it stopped,
 on this machine or another that has the results, without answering a question twice. --table prints, per
 dataset, each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on the
-same questions, and its costs per question.
+same questions, and its costs per question. --compiled FILE adds a row for a program compiled with a DSPy
+teleprompter (`arag compile`, e.g. BootstrapFewShot on other questions than the table's).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import dspy  # noqa: E402
 
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
+from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.report import read_rows  # noqa: E402
 from arag.runs_table import markdown, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
@@ -107,21 +109,31 @@ def current_commit() -> str:
         return "unknown"
 
 
-def run_cell(program_name: str, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
-             runs: Path, results: Path, params: dict) -> dict[str, dict]:
-    run_dir, cell_results = runs / dataset / program_name, results / dataset / f"{program_name}.jsonl"
+def run_cell(cell: str, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
+             runs: Path, results: Path, params: dict, compiled: Path | None = None) -> dict[str, dict]:
+    """One program on one dataset; ``cell`` names it (the program, or PROGRAM-compiled for a compiled file)."""
+    run_dir, cell_results = runs / dataset / cell, results / dataset / f"{cell}.jsonl"
     commit = current_commit()
     kept = sync(run_dir, cell_results, commit)
     todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
     if todo:
         retriever = arag.open_retriever(corpus=str(corpus))
-        program = arag.build_program(program_name, retriever, **params)
-        run_info = {"program": program_name, "params": program.config, "dataset": dataset, "lm": lm.model}
+        program = (load_program(compiled, retriever) if compiled
+                   else arag.build_program(cell, retriever, **params))
+        run_info = {"program": program.name, "compiled": str(compiled) if compiled else None,
+                    "params": program.config, "dataset": dataset, "lm": lm.model}
         with isolated_cache(), dspy.context(lm=lm):
             arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info, progress=False,
                           max_errors=None)
         kept = sync(run_dir, cell_results, commit)
     return kept
+
+
+def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dict[str, dict]) -> None:
+    done = [kept[e.id] for e in examples if e.id in kept]
+    f1 = sum(r.get("metrics", {}).get("f1", 0.0) for r in done) / max(len(done), 1)
+    failed = sum("error_kind" in r for r in done)
+    print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
 def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path) -> None:
@@ -151,6 +163,9 @@ def main() -> int:
     parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
+    parser.add_argument("--compiled", action="append", default=[], type=Path, metavar="FILE",
+                        help="a compiled program (`arag compile --out FILE`), run as a row of its own named "
+                             "PROGRAM-compiled after the others (repeatable)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared datasets folder")
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
@@ -169,8 +184,9 @@ def main() -> int:
         target, _, value = assignment.partition("=")
         program, _, name = target.partition(".")
         params.setdefault(program, {})[name] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
+    compiled = {f"{read_compiled(path).program}-compiled": path for path in args.compiled}
     if args.table:
-        print_table(results, programs, names, args.n, args.shared)
+        print_table(results, [*programs, *compiled], names, args.n, args.shared)
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
           else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))
@@ -182,12 +198,12 @@ def main() -> int:
                   "this model's runs over other questions)", flush=True)
             continue
         for dataset, (examples, corpus) in loaded.items():
-            kept = run_cell(program, dataset, examples, corpus, lm, runs, results, params.get(program, {}))
-            done = [kept[e.id] for e in examples if e.id in kept]
-            f1 = sum(r.get("metrics", {}).get("f1", 0.0) for r in done) / max(len(done), 1)
-            failed = sum("error_kind" in r for r in done)
-            print(f"{program:<15}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
-    print_table(results, programs, names, args.n, args.shared)
+            report_cell(program, dataset, examples,
+                        run_cell(program, dataset, examples, corpus, lm, runs, results, params.get(program, {})))
+    for cell, path in compiled.items():
+        for dataset, (examples, corpus) in loaded.items():
+            report_cell(cell, dataset, examples, run_cell(cell, dataset, examples, corpus, lm, runs, results, {}, path))
+    print_table(results, [*programs, *compiled], names, args.n, args.shared)
     return 0
 
 
