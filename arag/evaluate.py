@@ -16,6 +16,7 @@ import math
 import os
 import socket
 import time
+import warnings
 from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
@@ -174,7 +175,10 @@ def _rollout(attempt: int) -> Iterator[None]:
     if not attempt or lm is None or not hasattr(lm, "copy"):
         yield
         return
-    with dspy.context(lm=lm.copy(rollout_id=attempt)):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="rollout_id has no effect")  # it keys the cache, as meant
+        retry = lm.copy(rollout_id=[lm.kwargs.get("rollout_id"), attempt])  # the endpoint's id kept in the key
+    with dspy.context(lm=retry):
         yield
 
 

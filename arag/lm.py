@@ -16,6 +16,7 @@ import os
 import re
 import socket
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from json.decoder import scanstring
@@ -101,6 +102,9 @@ def build_lm(
             settings["top_logprobs"] = top_logprobs
     if api_base:
         settings["api_base"] = api_base
+        # DSPy's cache key leaves the address out: without the endpoint in the rollout id (part of the key, never
+        # sent), two servers answering under one model name would answer for each other from the cache.
+        settings.setdefault("rollout_id", f"endpoint {api_base}")
         if provider == "openai":
             model = f"{COMPATIBLE_PROVIDER}/{name}"
             if "extra_body" in settings:  # server-specific fields: only DSPy's LiteLLM engine carries them
@@ -115,7 +119,9 @@ def build_lm(
             )
         settings["api_key"] = key or PLACEHOLDER_API_KEY
     try:
-        return dspy.LM(model, temperature=temperature, max_tokens=max_tokens, cache=cache, **settings)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="rollout_id has no effect")  # it keys the cache, as meant
+            return dspy.LM(model, temperature=temperature, max_tokens=max_tokens, cache=cache, **settings)
     except (ValueError, TypeError, LMConfigurationError) as exc:
         raise ConfigError(f"cannot build LM {model!r}: {exc}") from exc
 

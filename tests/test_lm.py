@@ -24,7 +24,7 @@ from arag.lm import (
     label_probabilities,
     require_lm,
 )
-from arag.testing import Faults, OpenAICompatibleServer, Scripted, Tokens, scripted_lm
+from arag.testing import Faults, OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
 
 SELF_RAG_PROMPT = (
     "### Instruction:\nIs Paris in France?\n\n### Response:\n[Retrieval]<paragraph>Paris is the capital.</paragraph>\n"
@@ -314,3 +314,16 @@ def test_completions_lm_saves_without_the_key(monkeypatch):
         assert secret not in json.dumps(state)
         loaded = dspy.LM.load_state(state, allow_custom_lm_class=True)
         assert complete_raw(loaded, "Q:")[0] == " Yes, it is. More"
+
+
+def test_two_servers_under_one_model_name_never_answer_for_each_other_from_the_cache():
+    """DSPy's cache key leaves the address out; arag keys runs by the endpoint too."""
+    with isolated_cache(), OpenAICompatibleServer(lambda call: {"answer": "from A"}) as first, \
+            OpenAICompatibleServer(lambda call: {"answer": "from B"}) as second:
+        answers = []
+        for server in (first, second, first):
+            lm = build_lm("openai/same-name", api_base=server.url)
+            with dspy.context(lm=lm):
+                answers.append(dspy.Predict("question -> answer")(question="Which server?").answer)
+        assert answers == ["from A", "from B", "from A"]
+        assert len(first.requests) == 1 and len(second.requests) == 1  # the third call came from the cache
