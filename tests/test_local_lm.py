@@ -93,7 +93,7 @@ def test_the_model_keeps_no_logits_for_prompt_tokens(lm):
     assert not llama._logits_all and llama.scores.shape[0] <= llama.n_batch
 
 
-def test_extra_buffer_types_follow_the_setting(monkeypatch):
+def test_extra_buffer_types_are_off_unless_asked_and_refused_on_amx(monkeypatch):
     import llama_cpp.llama_cpp as bindings
 
     from arag import local
@@ -103,12 +103,15 @@ def test_extra_buffer_types_follow_the_setting(monkeypatch):
     assert bindings.llama_model_default_params().use_extra_bufts is True
     loaded = []
     monkeypatch.setattr(local, "_cached_model", lambda *args: loaded.append(args))
-    monkeypatch.setattr(local, "cpu_has_amx", lambda: True)
-    load_model(default_model_path(), 512, 1)
     monkeypatch.setattr(local, "cpu_has_amx", lambda: False)
     load_model(default_model_path(), 512, 1)
-    load_model(default_model_path(), 512, 1, extra_buffers=False)
-    assert [args[-1] for args in loaded] == [False, True, False]
+    load_model(default_model_path(), 512, 1, extra_buffers=True)
+    assert [args[-1] for args in loaded] == [False, True]
+    monkeypatch.setattr(local, "cpu_has_amx", lambda: True)
+    with pytest.raises(arag.ConfigError, match="AMX kernels on this CPU"):
+        load_model(default_model_path(), 512, 1, extra_buffers=True)
+    with pytest.raises(arag.ConfigError, match="extra_buffers must be true or false, got 'yes'"):
+        arag.build_lm("local", extra_buffers="yes")
 
 
 def test_the_model_loads_and_answers_without_extra_buffer_types():
