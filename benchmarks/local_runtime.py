@@ -6,7 +6,7 @@ Each configuration runs in a child process of its own (so that its peak resident
 the model, evaluates one HotpotQA prompt of about 1,000 tokens (a question and its ten passages; prompt tokens/s),
 then generates 64 tokens after it (generation tokens/s), best of --repeats. The configurations:
 - ``extra buffers on/off``: llama.cpp repacks quantised weights for this CPU's kernels ("extra buffer types";
-  on Intel CPUs with AMX, the AMX kernels, which crash there: arag turns them off on such CPUs);
+  on Intel CPUs with AMX, the AMX kernels, which crash there: arag keeps them off);
 - ``logits_all``: llama.cpp keeps the logits of every prompt token (what llama-cpp-python's own logprobs
   option needs), against arag's way, which reads only the generated positions' distributions
   (``arag.local.TokenRecorder``), shown with and without reading them.
