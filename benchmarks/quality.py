@@ -170,6 +170,9 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
     parser.add_argument("--table", action="store_true", help="only print the table of what the results hold")
+    parser.add_argument("--sync", action="store_true",
+                        help="only copy what the run folders finished into the results (before a commit, while a "
+                             "matrix is stopped in the middle of a cell)")
     args = parser.parse_args()
     label = args.lm.replace("/", "-") if args.lm else args.model
     runs = args.runs or ROOT / "runs" / "quality" / label
@@ -185,7 +188,11 @@ def main() -> int:
         program, _, name = target.partition(".")
         params.setdefault(program, {})[name] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
     compiled = {f"{read_compiled(path).program}-compiled": path for path in args.compiled}
-    if args.table:
+    if args.sync:
+        for dataset in names:
+            for cell in [*programs, *compiled]:
+                sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
+    if args.table or args.sync:
         print_table(results, [*programs, *compiled], names, args.n, args.shared)
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
