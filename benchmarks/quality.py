@@ -17,6 +17,11 @@ on this machine or another that has the results, without answering a question tw
 dataset, each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on the
 same questions, and its costs per question. --compiled FILE adds a row for a program compiled with a DSPy
 teleprompter (`arag compile`, e.g. BootstrapFewShot on other questions than the table's).
+
+adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
+no-retrieval, single-rag and ircot on the last questions of each dataset (`--last --n 30 --runs runs/router/MODEL
+--results benchmarks/results/router/MODEL`), then `arag train-router runs/router/MODEL/*/* --out router.json` and
+`--param adaptive-rag.classifier=router.json` here.
 """
 
 from __future__ import annotations
@@ -64,11 +69,12 @@ def datasets(shared: Path) -> dict[str, tuple[Path, Path, bool]]:
     }
 
 
-def load_questions(path: Path, with_passages: bool, n: int) -> list[dspy.Example]:
+def load_questions(path: Path, with_passages: bool, n: int, last: bool = False) -> list[dspy.Example]:
+    """The first n questions (or the last n) in the file's order."""
     examples = arag.load_examples(str(path))
     if with_passages:
         examples = [e for e in examples if getattr(e, "passages", None)]
-    return examples[:n]
+    return examples[-n:] if last else examples[:n]
 
 
 def compact(row: dict, commit: str) -> dict:
@@ -136,10 +142,10 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
-def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path) -> None:
+def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path, last: bool) -> None:
     for dataset in names:
         questions, _, with_passages = datasets(shared)[dataset]
-        ids = [e.id for e in load_questions(questions, with_passages, n)]
+        ids = [e.id for e in load_questions(questions, with_passages, n, last)]
         runs = []
         for program in programs:
             kept = read_results(results / dataset / f"{program}.jsonl")
@@ -147,7 +153,7 @@ def print_table(results: Path, programs: list[str], names: list[str], n: int, sh
             if rows:
                 runs.append((program, rows))
         baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
-        print(f"\n{dataset}: the first {n} questions\n")
+        print(f"\n{dataset}: the {'last' if last else 'first'} {n} questions\n")
         print(markdown(table_rows(runs, METRICS, baseline), METRICS, baseline))
 
 
@@ -159,6 +165,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's; 1 on a busy "
                         "machine, where threads that wait for each other lose far more than one thread gains)")
     parser.add_argument("--n", type=int, default=20, help="the first N questions of each dataset")
+    parser.add_argument("--last", action="store_true",
+                        help="the last N questions instead: other questions than the table's, e.g. for the runs "
+                             "that train adaptive-rag's router (with --runs and --results of their own)")
     parser.add_argument("--programs", default=",".join(ORDER), help="comma-separated, run in this order")
     parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
@@ -193,11 +202,11 @@ def main() -> int:
             for cell in [*programs, *compiled]:
                 sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
     if args.table or args.sync:
-        print_table(results, [*programs, *compiled], names, args.n, args.shared)
+        print_table(results, [*programs, *compiled], names, args.n, args.shared, args.last)
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
           else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))
-    loaded = {name: (load_questions(q, keep, args.n), corpus)
+    loaded = {name: (load_questions(q, keep, args.n, args.last), corpus)
               for name, (q, corpus, keep) in datasets(args.shared).items() if name in names}
     for program in programs:
         if program == "adaptive-rag" and "classifier" not in params.get(program, {}):
@@ -210,7 +219,7 @@ def main() -> int:
     for cell, path in compiled.items():
         for dataset, (examples, corpus) in loaded.items():
             report_cell(cell, dataset, examples, run_cell(cell, dataset, examples, corpus, lm, runs, results, {}, path))
-    print_table(results, [*programs, *compiled], names, args.n, args.shared)
+    print_table(results, [*programs, *compiled], names, args.n, args.shared, args.last)
     return 0
 
 
