@@ -8,6 +8,10 @@
     result = arag.evaluate(program, arag.load_examples("dev.jsonl"), out_dir="runs/dev", threads=8)
     compiled = arag.compile(program, arag.load_examples("train.jsonl"), teleprompter="bootstrap")
     arag.save(compiled, "single-rag.json"); program = arag.load("single-rag.json", retriever)
+    space = arag.SearchSpace(ranges={"k": (1, 12)}, fixed={"reasoning": "direct"})
+    tuned = arag.tune("single-rag", arag.load_examples("dev.jsonl"), retriever,      # Optuna: 20 trials of k
+                      arag.TuningConfig(trials=20, out_dir="runs/tune", objectives=("f1",), space=space))
+    print(tuned.best["params"])
     arag.report(["runs/dev", "runs/other"], "report.html")         # one HTML page comparing runs (`report` extra)
 """
 
@@ -15,7 +19,7 @@ from arag.data import load_corpus, load_examples
 from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverError
 from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
-from arag.optimizers import compile, load_program, save_program, tune
+from arag.optimizers import SearchSpace, TuningConfig, compile, load_program, save_program, tune
 from arag.passages import Passage
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
 from arag.report import report
@@ -33,6 +37,8 @@ __all__ = [
     "Passage",
     "RAGProgram",
     "RetrieverError",
+    "SearchSpace",
+    "TuningConfig",
     "build_lm",
     "build_program",
     "compile",

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 import ujson
 
-from arag.cli_options import LMSetup, given_params, lm_options, option_assignments, retriever_options
+from arag.cli_options import (
+    LMSetup,
+    given_params,
+    lm_options,
+    option_assignments,
+    retriever_options,
+    searched_space,
+)
 from arag.errors import ConfigError
 
 
@@ -121,7 +128,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
 @click.option("--max-lm-calls", type=click.IntRange(min=0),
               help="Stop a question after this many LM calls (default: a generous cap derived from the program's "
                    "parameters; 0: none); a trial whose every question reaches it is pruned.")
-@click.option("--budget", type=click.IntRange(min=1),
+@click.option("--budget", "max_study_lm_calls", type=click.IntRange(min=1),
               help="LM calls the whole study may spend (earlier runs' included); no trial starts once spent.")
 @click.option("--cost-ceiling", type=click.FloatRange(min=0), default=3.0, show_default=True,
               help="The default configuration runs first; a trial spending more than this many times its LM calls "
@@ -136,7 +143,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
                  storage: str | None, study_name: str | None, n_jobs: int, compiled: str | None,
                  param_pairs: tuple[str, ...], params_file: str | None, search_names: tuple[str, ...],
                  range_pairs: tuple[str, ...], chunk_size: int | None, pruner: str, seed: int | None, no_plots: bool,
-                 max_lm_calls: int | None, budget: int | None, cost_ceiling: float,
+                 max_lm_calls: int | None, max_study_lm_calls: int | None, cost_ceiling: float,
                  corpus: str | None, retriever_spec: str | None, lm_setup: LMSetup, limit: int | None, threads: int,
                  out_dir: str) -> None:
     """Tune a program's declared parameters with Optuna; write best_params.json (or the Pareto front),
@@ -146,7 +153,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     from arag.data import load_examples
     from arag.data._io import check_output_folder
     from arag.optimizers.saving import read_compiled
-    from arag.optimizers.tune import parse_objectives, search_space, tune
+    from arag.optimizers.tuning import TuningConfig, search_space, tune
     from arag.programs import get_program
     from arag.retrievers import open_retriever
 
@@ -156,23 +163,22 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
             raise ConfigError("give --program NAME (or --compiled FILE)")
         program_name = read_compiled(compiled).program
     cls = get_program(program_name)
-    fixed = given_params(params_file, param_pairs)
-    ranges = {name: tuple(value.split(":")) for name, value in option_assignments(range_pairs, "--range").items()}
-    parse_objectives(objectives or ("f1",))
+    space = searched_space(search_names, range_pairs, given_params(params_file, param_pairs))
     if 0 < cost_ceiling <= 1:
         raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, "
                           f"got {cost_ceiling}")
-    search_space(program_name, fixed=fixed, search=search_names or None, ranges=ranges)
+    config = TuningConfig(
+        trials=trials, out_dir=out_dir, objectives=objectives or ("f1",), space=space, compiled=compiled,
+        storage=storage, study_name=study_name, seed=seed, pruner=pruner, chunk_size=chunk_size, n_jobs=n_jobs,
+        threads=threads, max_lm_calls=max_lm_calls, max_study_lm_calls=max_study_lm_calls,
+        cost_ceiling=cost_ceiling or None, plots=not no_plots)
+    search_space(program_name, space)
     lm = lm_setup.build()
     examples = load_examples(devset, fmt=fmt, limit=limit)
     retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
     lm_setup.check_server()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    result = tune(program_name, examples, retriever, trials=trials, out_dir=out_dir, objectives=objectives or ("f1",),
-                  storage=storage, study_name=study_name, n_jobs=n_jobs, compiled=compiled, chunk_size=chunk_size,
-                  pruner=pruner, seed=seed, threads=threads, fixed=fixed, search=search_names or None, ranges=ranges,
-                  lm=lm, plots=not no_plots, max_lm_calls=max_lm_calls, budget=budget,
-                  cost_ceiling=cost_ceiling or None)
+    result = tune(program_name, examples, retriever, config, lm=lm)
     cost = {k: v for k, v in result.cost.items() if k != "per_trial"}
     shown = {"study": result.study.study_name, "storage": result.storage, "this_worker_ran": len(result.ran),
              "cost": cost}

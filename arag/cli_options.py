@@ -144,6 +144,30 @@ def given_params(params_file: str | None, pairs: tuple[str, ...]) -> dict[str, A
     return {**read_params_file(params_file), **parse_assignments(pairs)}
 
 
+def searched_space(search: tuple[str, ...], range_pairs: tuple[str, ...], fixed: dict[str, Any]):
+    """`arag tune`'s --search NAME or NAME=LOW:HIGH (`--search all`: every tunable parameter), --range
+    NAME=LOW:HIGH and the fixed parameters as a SearchSpace (bounds still text, checked against the program)."""
+    from arag.optimizers.tuning import SearchSpace
+
+    ranges = {name: _bounds("--range", name, text) for name, text in option_assignments(range_pairs, "--range").items()}
+    names = []
+    for entry in search:
+        name, equals, text = entry.partition("=")
+        if equals:
+            ranges[name] = _bounds("--search", name, text)
+        names.append(name)
+    if names == ["all"]:
+        return SearchSpace(every_tunable=True, ranges=ranges, fixed=fixed)
+    return SearchSpace(names=tuple(names), ranges=ranges, fixed=fixed)
+
+
+def _bounds(option: str, name: str, text: str) -> tuple[str, str]:
+    bounds = text.split(":")
+    if len(bounds) != 2:
+        raise ConfigError(f"{option} {name}: give LOW:HIGH, got {text!r}")
+    return bounds[0], bounds[1]
+
+
 def read_params_file(path: str | None) -> dict[str, Any]:
     """A JSON object of parameters, or the `params` object inside one (as `arag tune` writes)."""
     if path is None:

@@ -1,6 +1,6 @@
 """LM calls of an N-trial tuning study against N full passes over the dev set, thanks to DSPy's cache.
 
-Runs `arag.optimizers.tune` on the bundled sample set with scripted LMs (no model is involved: the
+Runs `arag.optimizers.tuning.tune` on the bundled sample set with scripted LMs (no model is involved: the
 scripts stand in for one, so the counts are exact and the quality numbers mean nothing) twice:
 
 - adaptive-note, searching its stopping thresholds t_iu, t_ci, t_rp (k fixed): every trial's LM
@@ -79,7 +79,7 @@ def main(trials: int, seed: int) -> None:
     import optuna
 
     from arag.data import load_corpus, load_examples, sample_paths
-    from arag.optimizers.tune import tune
+    from arag.optimizers.tuning import SearchSpace, TuningConfig, tune
     from arag.retrievers import BM25Retriever
     from arag.testing import isolated_cache, scripted_lm
 
@@ -87,8 +87,8 @@ def main(trials: int, seed: int) -> None:
     questions, corpus = sample_paths()
     examples = load_examples(questions)
     studies = [
-        ("adaptive-note", "t_iu, t_ci, t_rp", note_taker, {"search": ["t_iu", "t_ci", "t_rp"], "fixed": {"k": 3}}),
-        ("single-rag", "k in [1, 20]", reader, {"ranges": {"k": (1, 20)}, "fixed": {"reasoning": "direct"}}),
+        ("adaptive-note", "t_iu, t_ci, t_rp", note_taker, SearchSpace(names=("t_iu", "t_ci", "t_rp"), fixed={"k": 3})),
+        ("single-rag", "k in [1, 20]", reader, SearchSpace(ranges={"k": (1, 20)}, fixed={"reasoning": "direct"})),
     ]
     click.echo(f"{len(examples)} questions, {trials} trials per study, scripted LMs\n")
     click.echo(f"{'program':14} {'searched':18} {'one pass':>9} {'cold pass':>9} {'N x pass':>9} {'spent':>7} "
@@ -97,8 +97,9 @@ def main(trials: int, seed: int) -> None:
         retriever = BM25Retriever.build(load_corpus(corpus), Path(folder) / "bm25")
         for program, searched, responder, space in studies:
             lm = scripted_lm(responder(examples))
-            result = tune(program, examples, retriever, trials=trials, out_dir=Path(folder) / program,
-                          objectives=("f1",), pruner="none", seed=seed, lm=lm, plots=False, **space)
+            config = TuningConfig(trials=trials, out_dir=Path(folder) / program, objectives=("f1",), space=space,
+                                  pruner="none", seed=seed, plots=False)
+            result = tune(program, examples, retriever, config, lm=lm)
             cost = result.cost
             assert cost["lm_calls_spent"] == lm.engine.count
             verdict = "met" if cost["passes_spent"] <= TARGET_PASSES else \

@@ -2,7 +2,7 @@
 
     python benchmarks/tuning_local.py [--n-tune 50] [--n-eval 50] [--trials 8] [--programs flare,crag] [--threads N]
 
-For each program, `arag.optimizers.tune` searches its default space (FLARE's theta and beta, CRAG's upper and
+For each program, `arag.optimizers.tuning.tune` searches its default space (FLARE's theta and beta, CRAG's upper and
 lower) for F1 on the first --n-tune HotpotQA questions, with SmolLM2-135M-Instruct run by llama.cpp in this
 process (log-probabilities on) over BM25 on the HotpotQA corpus. The study's first trial is the default
 configuration. Then the defaults and the best trial's parameters are evaluated on the next --n-eval
@@ -31,7 +31,7 @@ import optuna  # noqa: E402
 from local_model import HOTPOTQA, hotpotqa_on_the_local_model  # noqa: E402
 
 import arag  # noqa: E402
-from arag.optimizers.tune import tune  # noqa: E402
+from arag.optimizers.tuning import TuningConfig, tune  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 
@@ -59,8 +59,8 @@ def main() -> int:
     for name in [name.strip() for name in args.programs.split(",") if name.strip()]:
         out = args.out / name
         with isolated_cache(folder=out / "dspy-cache"), dspy.context(lm=lm):
-            study = tune(name, tuning, retriever, trials=args.trials, out_dir=out / "study", objectives=("f1",),
-                         seed=0, plots=False)
+            config = TuningConfig(trials=args.trials, out_dir=out / "study", objectives=("f1",), seed=0, plots=False)
+            study = tune(name, tuning, retriever, config)
             minutes = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in study.study.trials
                           if t.datetime_complete and t.datetime_start) / 60  # all invocations' trials, resumed ones too
             defaults = next(t for t in study.study.trials if t.user_attrs.get("arag_role") == "defaults")

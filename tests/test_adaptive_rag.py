@@ -10,6 +10,7 @@ import arag.programs.adaptive_rag.adaptive_rag  # noqa: F401  (registers the pro
 from arag.cli import main
 from arag.errors import ConfigError
 from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router
+from arag.optimizers.saving import load_program, save_program
 from arag.programs.frame.registry import build_program
 from arag.testing import Tokens, scripted_lm
 
@@ -105,6 +106,17 @@ def test_an_unreadable_label_routes_to_multi_step():
     assert route(prediction)["label"] == "C"
     [unreadable] = [s for s in prediction.trace if s["step"] == "unreadable"]
     assert unreadable["signature"] == "ClassifyComplexity"
+
+
+def test_the_strategies_are_sub_modules_whose_prompts_a_saved_program_keeps(tmp_path):
+    program = build_program("adaptive-rag", TemplateRetriever())
+    modules = {name for name, _ in program.named_sub_modules()}
+    assert {"self.no_retrieval", "self.single_step", "self.multi_step"} <= modules
+    program.single_step.generate_answer.predict.demos = [dspy.Example(question="Q?", passages="[]", answer="A")]
+    loaded = load_program(save_program(program, tmp_path / "adaptive-rag.json"), TemplateRetriever())
+    assert [dict(demo) for demo in loaded.single_step.generate_answer.predict.demos] == [
+        {"question": "Q?", "passages": "[]", "answer": "A"}]
+    assert loaded.multi_step.k == 6 and not loaded.no_retrieval.generate_answer.predict.demos
 
 
 @pytest.mark.parametrize("content, problem", [

@@ -229,7 +229,7 @@ def test_a_tuning_run_killed_mid_trial_resumes_to_the_uninterrupted_result(tmp_p
     questions, corpus = sample_paths()
     # The same `arag tune` command, with Optuna's heartbeat shortened from 10 s / 30 s grace so that the trial
     # the kill left "running" is declared failed after 2 s instead of 30 (the rerun waits for that).
-    entry = ("import importlib, sys; tuning = importlib.import_module('arag.optimizers.tune'); "
+    entry = ("import importlib, sys; tuning = importlib.import_module('arag.optimizers.tuning.run'); "
              "tuning.HEARTBEAT_S, tuning.GRACE_PERIOD_S = 1, 2; "
              "from arag.cli import main; sys.argv[0] = 'arag'; main()")
 

@@ -213,18 +213,18 @@ def test_a_question_stops_at_its_cap_on_lm_calls_with_what_it_spent(tmp_path):
     assert program.default_max_lm_calls() == 150  # 100 + 10 per passage of k
 
 
-def test_a_trial_whose_questions_all_reach_the_cap_is_pruned_and_a_study_stops_at_its_budget(tmp_path):
-    from arag.optimizers.tune import tune
+def test_a_trial_whose_questions_all_reach_the_cap_is_pruned_and_a_study_stops_at_its_lm_calls(tmp_path):
+    from arag.optimizers.tuning import SearchSpace, TuningConfig, tune
 
     lm = scripted_lm(judge_yes, logprobs=True, top_logprobs=5)
-    common = {"objectives": ("em",), "lm": lm, "plots": False, "seed": 0, "pruner": "none",
-              "search": ["k=4:6"], "fixed": {"reasoning": "direct"}}
-    capped = tune("crag", examples(2), TemplateRetriever(NUMBERED), trials=2, out_dir=tmp_path / "capped",
-                  max_lm_calls=3, **common)
+    space = SearchSpace(names=("k",), ranges={"k": (4, 6)}, fixed={"reasoning": "direct"})
+    common = {"objectives": ("em",), "space": space, "plots": False, "seed": 0, "pruner": "none"}
+    capped = tune("crag", examples(2), TemplateRetriever(NUMBERED),
+                  TuningConfig(trials=2, out_dir=tmp_path / "capped", max_lm_calls=3, **common), lm=lm)
     assert [t.state.name for t in capped.study.trials] == ["PRUNED", "PRUNED"]
     with isolated_cache(enabled=False):  # every call reaches the LM and is spent
-        budgeted = tune("crag", examples(2), TemplateRetriever(NUMBERED), trials=10, out_dir=tmp_path / "budget",
-                        budget=30, **common)
-    assert len(budgeted.study.trials) < 10 and budgeted.cost["lm_calls_spent"] >= 30
-    most_a_trial_spent = max(t.user_attrs["arag"]["lm_calls_spent"] for t in budgeted.study.trials)
-    assert budgeted.cost["lm_calls_spent"] - 30 < most_a_trial_spent
+        limited = tune("crag", examples(2), TemplateRetriever(NUMBERED),
+                       TuningConfig(trials=10, out_dir=tmp_path / "limited", max_study_lm_calls=30, **common), lm=lm)
+    assert len(limited.study.trials) < 10 and limited.cost["lm_calls_spent"] >= 30
+    most_a_trial_spent = max(t.user_attrs["arag"]["lm_calls_spent"] for t in limited.study.trials)
+    assert limited.cost["lm_calls_spent"] - 30 < most_a_trial_spent

@@ -13,11 +13,12 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.cli_optimize import compile_command, tune_command
+from arag.cli_options import searched_space
 from arag.data import load_corpus, load_examples
 from arag.errors import AragError, ConfigError
 from arag.optimizers.compile import compile
 from arag.optimizers.saving import save_program
-from arag.optimizers.tune import search_space, tune
+from arag.optimizers.tuning import SearchSpace, TuningConfig, search_space, tune
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import Faults, OpenAICompatibleServer, scripted_lm
@@ -31,7 +32,7 @@ QUESTIONS, CORPUS = WRITTEN_SAMPLE / "questions.jsonl", WRITTEN_SAMPLE / "corpus
 EXAMPLES = load_examples(QUESTIONS)
 BY_QUESTION = {e.question: e for e in EXAMPLES}
 MOST_PASSAGES_READ = 6
-SEARCH = {"ranges": {"k": (1, 12)}, "fixed": {"reasoning": "direct"}}
+SPACE = SearchSpace(ranges={"k": (1, 12)}, fixed={"reasoning": "direct"})
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +95,9 @@ def test_arag_tune_finds_the_known_best_k_within_its_trial_budget(retriever, tmp
 def test_the_median_pruner_stops_bad_trials_after_their_first_chunk(retriever, tmp_path):
     devset = EXAMPLES[:12]
     lm = scripted_lm(answers_when_the_evidence_fits)
-    result = tune("single-rag", devset, retriever, trials=12, out_dir=tmp_path, objectives=("em",), chunk_size=4,
-                  seed=3, lm=lm, plots=False, **SEARCH)
+    config = TuningConfig(trials=12, out_dir=tmp_path, objectives=("em",), space=SPACE, chunk_size=4, seed=3,
+                          plots=False)
+    result = tune("single-rag", devset, retriever, config, lm=lm)
     rows = trial_rows(tmp_path)
     pruned = [r for r in rows if r["state"] == "pruned"]
     assert pruned, "no trial was pruned"
@@ -108,8 +110,8 @@ def test_the_median_pruner_stops_bad_trials_after_their_first_chunk(retriever, t
 
 def test_two_objectives_give_the_pareto_front_of_quality_against_tokens(retriever, tmp_path):
     devset = EXAMPLES[:12]
-    result = tune("single-rag", devset, retriever, trials=12, out_dir=tmp_path, objectives=("em", "tokens"),
-                  seed=2, lm=scripted_lm(answers_when_the_evidence_fits), plots=False, **SEARCH)
+    config = TuningConfig(trials=12, out_dir=tmp_path, objectives=("em", "tokens"), space=SPACE, seed=2, plots=False)
+    result = tune("single-rag", devset, retriever, config, lm=scripted_lm(answers_when_the_evidence_fits))
     states = {t.state for t in result.study.trials}
     assert states == {optuna.trial.TrialState.COMPLETE}, "multi-objective trials are never pruned"
     front = result.pareto
@@ -126,8 +128,10 @@ def test_two_objectives_give_the_pareto_front_of_quality_against_tokens(retrieve
 def test_cached_calls_are_not_spent_again_and_still_count_as_cost(retriever, tmp_path):
     devset = EXAMPLES[:8]
     lm = scripted_lm(answers_when_the_evidence_fits)
-    result = tune("single-rag", devset, retriever, trials=6, out_dir=tmp_path, objectives=("em", "lm_calls", "tokens"),
-                  seed=3, lm=lm, plots=False, ranges={"k": (3, 4)}, fixed={"reasoning": "direct"})
+    space = SearchSpace(ranges={"k": (3, 4)}, fixed={"reasoning": "direct"})
+    config = TuningConfig(trials=6, out_dir=tmp_path, objectives=("em", "lm_calls", "tokens"), space=space, seed=3,
+                          plots=False)
+    result = tune("single-rag", devset, retriever, config, lm=lm)
     rows = trial_rows(tmp_path)
     distinct_k = {r["k"] for r in rows}
     assert len(rows) == 6 and len(distinct_k) == 2
@@ -147,59 +151,62 @@ def test_cached_calls_are_not_spent_again_and_still_count_as_cost(retriever, tmp
 def test_a_rerun_continues_the_study_to_its_total_and_refuses_other_settings(retriever, tmp_path):
     devset = EXAMPLES[:4]
     lm = scripted_lm(answers_when_the_evidence_fits)
-    common = {"out_dir": tmp_path, "objectives": ("em",), "lm": lm, "plots": False, **SEARCH}
-    first = tune("single-rag", devset, retriever, trials=3, seed=4, **common)
-    second = tune("single-rag", devset, retriever, trials=5, seed=5, **common)
-    third = tune("single-rag", devset, retriever, trials=5, seed=6, **common)
+    common = {"out_dir": tmp_path, "objectives": ("em",), "plots": False, "space": SPACE}
+    first = tune("single-rag", devset, retriever, TuningConfig(trials=3, seed=4, **common), lm=lm)
+    second = tune("single-rag", devset, retriever, TuningConfig(trials=5, seed=5, **common), lm=lm)
+    third = tune("single-rag", devset, retriever, TuningConfig(trials=5, seed=6, **common), lm=lm)
     assert (first.ran, second.ran, third.ran) == ([0, 1, 2], [3, 4], [])
     assert len(third.study.get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))) == 5
     with pytest.raises(ConfigError, match=r"other settings \(devset\)"):
-        tune("single-rag", EXAMPLES[:5], retriever, trials=6, study_name="single-rag-em", **common)
+        tune("single-rag", EXAMPLES[:5], retriever, TuningConfig(trials=6, study_name="single-rag-em", **common),
+             lm=lm)
+    wider = SearchSpace(ranges={"k": (2, 12)}, fixed={"reasoning": "direct"})
     with pytest.raises(ConfigError, match=r"other settings \(space\)"):
-        tune("single-rag", devset, retriever, trials=6, study_name="single-rag-em",
-             **{**common, "ranges": {"k": (2, 12)}})
+        tune("single-rag", devset, retriever,
+             TuningConfig(trials=6, study_name="single-rag-em", **{**common, "space": wider}), lm=lm)
 
 
 def test_a_study_continued_by_another_run_proposes_what_an_uninterrupted_one_did(retriever, tmp_path):
     devset = EXAMPLES[:4]
     lm = scripted_lm(answers_when_the_evidence_fits)
-    common = {"objectives": ("em",), "lm": lm, "plots": False, "seed": 3, "pruner": "none", **SEARCH}
-    whole = tune("single-rag", devset, retriever, trials=8, out_dir=tmp_path / "whole", **common)
-    tune("single-rag", devset, retriever, trials=3, out_dir=tmp_path / "parts", **common)
-    parts = tune("single-rag", devset, retriever, trials=8, out_dir=tmp_path / "parts", **common)
+    common = {"objectives": ("em",), "plots": False, "seed": 3, "pruner": "none", "space": SPACE}
+    whole = tune("single-rag", devset, retriever, TuningConfig(trials=8, out_dir=tmp_path / "whole", **common), lm=lm)
+    tune("single-rag", devset, retriever, TuningConfig(trials=3, out_dir=tmp_path / "parts", **common), lm=lm)
+    parts = tune("single-rag", devset, retriever, TuningConfig(trials=8, out_dir=tmp_path / "parts", **common), lm=lm)
     proposed = [[(t.params["k"], t.values) for t in r.study.get_trials()] for r in (whole, parts)]
     assert proposed[0] == proposed[1] and len({k for k, _ in proposed[0]}) > 2
 
 
-def test_a_trial_asked_for_after_other_workers_took_the_budget_is_never_run(retriever, tmp_path):
+def test_a_trial_asked_for_after_other_workers_took_the_studys_trials_is_never_run(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits)
-    common = {"out_dir": tmp_path, "objectives": ("em",), "lm": lm, "plots": False, **SEARCH}
-    first = tune("single-rag", EXAMPLES[:4], retriever, trials=2, seed=9, **common)
+    common = {"out_dir": tmp_path, "objectives": ("em",), "plots": False, "space": SPACE}
+    first = tune("single-rag", EXAMPLES[:4], retriever, TuningConfig(trials=2, seed=9, **common), lm=lm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         elsewhere = first.study.ask()  # another worker's trial, still running
     calls = lm.engine.count
-    late = tune("single-rag", EXAMPLES[:4], retriever, trials=3, seed=10, **common)
+    late = tune("single-rag", EXAMPLES[:4], retriever, TuningConfig(trials=3, seed=10, **common), lm=lm)
     assert late.ran == [] and lm.engine.count == calls
     surplus = late.study.trials[-1]
     assert surplus.number > elsewhere.number and surplus.state == optuna.trial.TrialState.FAIL
-    assert surplus.user_attrs["arag"]["note"] == "over budget: not run"
-    assert trial_rows(tmp_path)[-1]["note"] == "over budget: not run"
+    assert surplus.user_attrs["arag"]["note"] == "study full: not run"
+    assert trial_rows(tmp_path)[-1]["note"] == "study full: not run"
 
 
 def test_a_trial_whose_every_question_fails_stops_the_study(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits, faults=Faults(unparseable=1.0))
     with pytest.raises(AragError, match="trial 0: every question failed .* the last error: AdapterParseError"):
-        tune("single-rag", EXAMPLES[:3], retriever, trials=4, out_dir=tmp_path, objectives=("em",), lm=lm,
-             plots=False, **SEARCH)
+        tune("single-rag", EXAMPLES[:3], retriever,
+             TuningConfig(trials=4, out_dir=tmp_path, objectives=("em",), space=SPACE, plots=False), lm=lm)
     study = optuna.load_study(study_name="single-rag-em", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL]
 
 
 def test_worker_threads_share_one_study_and_stop_at_its_total(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits, latency=0.002)
-    result = tune("single-rag", EXAMPLES[:6], retriever, trials=8, n_jobs=3, threads=2, out_dir=tmp_path,
-                  objectives=("f1",), seed=7, lm=lm, plots=False, pruner="none", **SEARCH)
+    config = TuningConfig(trials=8, out_dir=tmp_path, objectives=("f1",), space=SPACE, seed=7, pruner="none",
+                          n_jobs=3, threads=2, plots=False)
+    result = tune("single-rag", EXAMPLES[:6], retriever, config, lm=lm)
     finished = result.study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
     assert len(finished) == 8 == len(result.ran)
     assert sorted(t.number for t in finished) == result.ran
@@ -208,8 +215,9 @@ def test_worker_threads_share_one_study_and_stop_at_its_total(retriever, tmp_pat
 
 def test_a_failed_attempt_asked_again_in_a_later_chunk_is_spent_though_its_row_is_replaced(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits, faults=Faults(unparseable=0.3, seed=1))
-    result = tune("single-rag", EXAMPLES[:8], retriever, trials=2, out_dir=tmp_path, objectives=("em",), chunk_size=2,
-                  seed=3, lm=lm, plots=False, pruner="none", **SEARCH)
+    config = TuningConfig(trials=2, out_dir=tmp_path, objectives=("em",), space=SPACE, seed=3, pruner="none",
+                          chunk_size=2, plots=False)
+    result = tune("single-rag", EXAMPLES[:8], retriever, config, lm=lm)
     facts = [t.user_attrs["arag"] for t in result.study.trials]
     from_rows = sum(f["lm_calls"] - f["cache_hits"] for f in facts)
     assert from_rows < lm.engine.count, "the rows keep each question's last attempt only"
@@ -223,20 +231,22 @@ def test_trials_of_a_compiled_program_keep_its_prompts(retriever, tmp_path):
     path = save_program(compiled, tmp_path / "compiled.json")
     demo_questions = {demo["question"] for demo in compiled.generate_answer.demos}
     lm = scripted_lm(answers_when_the_evidence_fits)
-    result = tune("single-rag", EXAMPLES[4:8], retriever, trials=3, out_dir=tmp_path / "tune", compiled=path,
-                  objectives=("em",), seed=11, lm=lm, plots=False, ranges={"k": (2, 6)})
+    config = TuningConfig(trials=3, out_dir=tmp_path / "tune", objectives=("em",),
+                          space=SearchSpace(ranges={"k": (2, 6)}), compiled=path, seed=11, plots=False)
+    result = tune("single-rag", EXAMPLES[4:8], retriever, config, lm=lm)
     assert len(result.ran) == 3 and len(demo_questions) == 2
     assert all(all(q in call.prompt for q in demo_questions) for call in lm.engine.calls)
     assert result.best["params"]["reasoning"] == "direct"
     with pytest.raises(ConfigError, match="holds a compiled 'single-rag' program, not 'adaptive-note'"):
-        tune("adaptive-note", EXAMPLES[4:8], retriever, trials=1, out_dir=tmp_path / "other", compiled=path, lm=lm)
+        tune("adaptive-note", EXAMPLES[4:8], retriever,
+             TuningConfig(trials=1, out_dir=tmp_path / "other", compiled=path), lm=lm)
 
 
 def test_plots_are_written_as_html_and_png(retriever, tmp_path):
     pytest.importorskip("plotly")
     pytest.importorskip("matplotlib")
-    result = tune("single-rag", EXAMPLES[:4], retriever, trials=4, out_dir=tmp_path, objectives=("em", "lm_calls"),
-                  seed=8, lm=scripted_lm(answers_when_the_evidence_fits), **SEARCH)
+    config = TuningConfig(trials=4, out_dir=tmp_path, objectives=("em", "lm_calls"), space=SPACE, seed=8)
+    result = tune("single-rag", EXAMPLES[:4], retriever, config, lm=scripted_lm(answers_when_the_evidence_fits))
     for name in ("history-em", "importances-em", "slice-em", "retrieval-rate-em", "history-lm_calls", "pareto"):
         assert (tmp_path / "plots" / f"{name}.png").read_bytes().startswith(b"\x89PNG"), name
         assert "plotly" in (tmp_path / "plots" / f"{name}.html").read_text(), name
@@ -245,23 +255,27 @@ def test_plots_are_written_as_html_and_png(retriever, tmp_path):
     assert "em (mean over questions)" in pareto and "LM calls per question" in pareto
 
 
-@pytest.mark.parametrize("kwargs, message", [
+@pytest.mark.parametrize("settings, message", [
     ({"objectives": ("accuracy",)}, "unknown objective 'accuracy'"),
     ({"objectives": ("em", "em")}, "objectives must differ"),
-    ({"search": ["k"], "fixed": {"k": 3}}, r"parameter\(s\) k are both searched and fixed"),
-    ({"ranges": {"k": (0, 5)}}, "parameter 'k' must be in"),
-    ({"ranges": {"reasoning": ("cot", "direct")}}, "--range reasoning: the parameter is not searched"),
-    ({"search": ["reasoning"], "ranges": {"reasoning": ("cot", "direct")}}, "only numeric parameters take a range"),
-    ({"fixed": {"k": 3}}, "single-rag has no parameter left to tune"),
+    ({"space": {"names": ["k"], "fixed": {"k": 3}}}, r"parameter\(s\) k are both searched and fixed"),
+    ({"space": {"ranges": {"k": (0, 5)}}}, "parameter 'k' must be in"),
+    ({"space": {"ranges": {"reasoning": ("cot", "direct")}}}, "--range reasoning: the parameter is not searched"),
+    ({"space": {"names": ["reasoning"], "ranges": {"reasoning": ("cot", "direct")}}},
+     "only numeric parameters take a range"),
+    ({"space": {"ranges": {"k": (1, 5, 9)}}}, "--range k: give a low and a high bound"),
+    ({"space": {"names": ["k"], "every_tunable": True}}, "search the named parameters or every tunable one"),
+    ({"space": {"fixed": {"k": 3}}}, "single-rag has no parameter left to tune"),
     ({"storage": "not a url"}, "is not a database URL"),
     ({"pruner": "percentile"}, "unknown pruner"),
     ({"trials": 0}, "trials must be a positive integer"),
     ({"cost_ceiling": 0.5}, "cost_ceiling must be above 1"),
 ])
-def test_bad_tune_requests_raise_clear_errors(retriever, tmp_path, kwargs, message):
-    arguments = {"trials": 2, "out_dir": tmp_path, "lm": scripted_lm(answers_when_the_evidence_fits), **kwargs}
+def test_bad_tune_requests_raise_clear_errors(retriever, tmp_path, settings, message):
     with pytest.raises(ConfigError, match=message):
-        tune("single-rag", EXAMPLES[:2], retriever, **arguments)
+        space = SearchSpace(**settings.pop("space", {}))
+        config = TuningConfig(**{"trials": 2, "out_dir": tmp_path, "space": space, **settings})
+        tune("single-rag", EXAMPLES[:2], retriever, config, lm=scripted_lm(answers_when_the_evidence_fits))
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -286,15 +300,25 @@ def test_the_default_search_space_is_the_methods_thresholds_over_their_search_ra
     assert [p.name for p in search_space("crag")] == ["upper", "lower"]
     assert [p.name for p in search_space("self-rag")] == ["delta", "w_rel", "w_sup", "w_use"]
     assert [(p.name, p.high) for p in search_space("single-rag")] == [("k", 20)]
-    everything = search_space("adaptive-note", search=["all"])
+    everything = search_space("adaptive-note", SearchSpace(every_tunable=True))
     assert [(p.name, p.high) for p in everything][:4] == [("t_iu", 10), ("t_ci", 10), ("t_rp", 100), ("k", 100)]
-    assert [p.name for p in search_space("genground", fixed={"k": 5}, search=["all"])] == ["batch_size", "max_hops"]
-    inline = search_space("flare", search=["k=1:10", "query_mode"])
-    assert [(p.name, p.low, p.high) for p in inline] == [("k", 1, 10), ("query_mode", None, None)]
-    narrowed = search_space("adaptive-note", search=["t_ci"], ranges={"t_ci": ("2", "4")})
+    genground = search_space("genground", SearchSpace(every_tunable=True, fixed={"k": 5}))
+    assert [p.name for p in genground] == ["batch_size", "max_hops"]
+    narrowed = search_space("adaptive-note", SearchSpace(names=("t_ci",), ranges={"t_ci": ("2", "4")}))
     assert [(p.name, p.low, p.high) for p in narrowed] == [("t_ci", 2, 4)]
     with pytest.raises(ConfigError, match="no-retrieval has no parameter left to tune"):
         search_space("no-retrieval")
+
+
+def test_the_command_line_reads_search_and_range_options_into_a_search_space():
+    inline = searched_space(("k=1:10", "query_mode"), ("theta=0.5:0.9",), {"beta": "0.4"})
+    assert inline == SearchSpace(names=("k", "query_mode"), ranges={"theta": ("0.5", "0.9"), "k": ("1", "10")},
+                                 fixed={"beta": "0.4"})
+    assert [(p.name, p.low, p.high) for p in search_space("flare", SearchSpace(inline.names, ranges={"k": ("1", "10")}))
+            ] == [("k", 1, 10), ("query_mode", None, None)]
+    assert searched_space(("all",), (), {}) == SearchSpace(every_tunable=True)
+    with pytest.raises(ConfigError, match="--search k: give LOW:HIGH, got '1:2:3'"):
+        searched_space(("k=1:2:3",), (), {})
 
 
 def endless_asker(call):
@@ -307,9 +331,10 @@ def endless_asker(call):
 
 def test_the_defaults_run_first_and_a_trial_far_costlier_is_pruned_early(retriever, tmp_path):
     devset = EXAMPLES[:6]
-    result = tune("self-ask", devset, retriever, trials=8, out_dir=tmp_path, objectives=("em",), chunk_size=2,
-                  seed=1, lm=scripted_lm(endless_asker), plots=False, pruner="none",
-                  search=["max_follow_ups=1:20"], cost_ceiling=1.5)
+    space = SearchSpace(names=("max_follow_ups",), ranges={"max_follow_ups": (1, 20)})
+    config = TuningConfig(trials=8, out_dir=tmp_path, objectives=("em",), space=space, seed=1, pruner="none",
+                          chunk_size=2, cost_ceiling=1.5, plots=False)
+    result = tune("self-ask", devset, retriever, config, lm=scripted_lm(endless_asker))
     first = result.study.trials[0]
     assert first.params == {"max_follow_ups": 5} and first.user_attrs["arag_role"] == "defaults"
     rows = trial_rows(tmp_path)
@@ -327,16 +352,18 @@ def test_the_defaults_run_first_and_a_trial_far_costlier_is_pruned_early(retriev
 
 def test_no_defaults_trial_when_a_default_lies_outside_the_searched_range_or_the_ceiling_is_off(retriever, tmp_path):
     lm = scripted_lm(answers_when_the_evidence_fits)
-    outside = tune("single-rag", EXAMPLES[:2], retriever, trials=2, out_dir=tmp_path / "outside", objectives=("em",),
-                   lm=lm, plots=False, seed=0, search=["k=6:8"], fixed={"reasoning": "direct"})
-    off = tune("single-rag", EXAMPLES[:2], retriever, trials=2, out_dir=tmp_path / "off", objectives=("em",), lm=lm,
-               plots=False, seed=0, cost_ceiling=None, **SEARCH)
+    common = {"trials": 2, "objectives": ("em",), "seed": 0, "plots": False}
+    narrow = SearchSpace(names=("k",), ranges={"k": (6, 8)}, fixed={"reasoning": "direct"})
+    outside = tune("single-rag", EXAMPLES[:2], retriever,
+                   TuningConfig(out_dir=tmp_path / "outside", space=narrow, **common), lm=lm)
+    off = tune("single-rag", EXAMPLES[:2], retriever,
+               TuningConfig(out_dir=tmp_path / "off", space=SPACE, cost_ceiling=None, **common), lm=lm)
     for result in (outside, off):
         assert all("arag_role" not in t.user_attrs for t in result.study.trials)
 
 
 def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once():
-    from arag.optimizers.tune import _enqueue_defaults
+    from arag.optimizers.tuning.run import _enqueue_defaults
 
     study = optuna.create_study(direction="maximize")
     space, defaults = search_space("flare"), {"theta": 0.8, "beta": 0.4}

@@ -16,7 +16,7 @@ import optuna
 import pytest
 
 from arag.data import load_corpus, sample_paths
-from arag.optimizers.tune import rdb_url
+from arag.optimizers.tuning.study import rdb_url
 from arag.retrievers import BM25Retriever
 
 POSTGRES_URL = os.environ.get("ARAG_TEST_POSTGRES_URL")
@@ -34,7 +34,7 @@ WORKER = textwrap.dedent("""
     from pathlib import Path
 
     from arag.data import load_examples, sample_paths
-    from arag.optimizers.tune import tune
+    from arag.optimizers.tuning import SearchSpace, TuningConfig, tune
     from arag.retrievers import BM25Retriever
     from arag.testing import scripted_lm
 
@@ -50,9 +50,10 @@ WORKER = textwrap.dedent("""
     Path(ready).touch()
     while not Path(go).exists():
         time.sleep(0.01)
-    result = tune("single-rag", examples, retriever, trials=int(trials), out_dir=out, objectives=("f1",),
-                  storage=url, study_name=study, seed=int(seed), lm=scripted_lm(responder, latency=0.01),
-                  fixed={"reasoning": "direct"}, ranges={"k": (1, 8)}, plots=False)
+    space = SearchSpace(ranges={"k": (1, 8)}, fixed={"reasoning": "direct"})
+    config = TuningConfig(trials=int(trials), out_dir=out, objectives=("f1",), space=space, storage=url,
+                          study_name=study, seed=int(seed), plots=False)
+    result = tune("single-rag", examples, retriever, config, lm=scripted_lm(responder, latency=0.01))
     print(json.dumps(result.ran))
 """)
 

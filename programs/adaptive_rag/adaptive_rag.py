@@ -7,8 +7,9 @@ for that complexity answers it.
     C:  answer ← IRCoT(q)                     ircot: retrieval interleaved with chain-of-thought
 
 The three strategies are arag's own `no-retrieval`, `single-rag` (with this program's `k`) and `ircot` (with
-its `ircot_k`, its other parameters at their defaults), run inside this program's trace after a `route` step
-that records the label and, when known, the probability of each label.
+its `ircot_k`, its other parameters at their defaults), held as this program's sub-modules (so that compiling and
+saving reach their predictors) and run inside this program's trace after a `route` step that records the label
+and, when known, the probability of each label.
 
 Passages per retrieval follow the official code's FLAN-T5 setting (starsuzi/Adaptive-RAG, run.py,
 `instantiation_schemes`): k = 15 for the single-step strategy and K = 6 for IRCoT, the values run.py sets
@@ -24,15 +25,16 @@ logistic regression over MiniLM embeddings of the question is trained on the sam
 
 from __future__ import annotations
 
-from arag.programs import ircot  # noqa: F401  (registers the strategies)
 from arag.programs.adaptive_rag.router import open_classifier
-from arag.programs.baselines import no_retrieval, single_rag  # noqa: F401
+from arag.programs.baselines.no_retrieval import NoRetrieval
+from arag.programs.baselines.single_rag import SingleRAG
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
-from arag.programs.frame.registry import build_program, register
+from arag.programs.frame.registry import register
+from arag.programs.ircot import IRCoT
 from arag.trace import shown_probability
 
-STRATEGIES = {"A": "no-retrieval", "B": "single-rag", "C": "ircot"}
+STRATEGIES = {"A": NoRetrieval.name, "B": SingleRAG.name, "C": IRCoT.name}  # each label's program
 
 CLASSIFIER = Param("classifier", "lm", "lm: the configured LM labels each question; or the path of a router file "
                                        "written by `arag train-router`", tunable=False)
@@ -57,9 +59,9 @@ class AdaptiveRAG(RAGProgram):
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.router = open_classifier(self.classifier)
-        self.no_retrieval = build_program(STRATEGIES["A"], self.retriever)
-        self.single_step = build_program(STRATEGIES["B"], self.retriever, k=self.k)
-        self.multi_step = build_program(STRATEGIES["C"], self.retriever, k=self.ircot_k)
+        self.no_retrieval = NoRetrieval()
+        self.single_step = SingleRAG(self.retriever, k=self.k)
+        self.multi_step = IRCoT(self.retriever, k=self.ircot_k)
         self.strategies = {"A": self.no_retrieval, "B": self.single_step, "C": self.multi_step}
 
     def default_max_lm_calls(self) -> int:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from arag.data.metrics import METRICS
 from arag.errors import ConfigError
-from arag.optimizers.tuning_cost import Ledger
+from arag.optimizers.tuning.cost import Ledger
 
 COSTS = ("lm_calls", "tokens", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages", "seconds")
 _UNITS = {"lm_calls": "LM calls", "tokens": "tokens (in + out)", "prompt_tokens": "tokens in",

@@ -18,9 +18,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from arag.data._io import atomic_writer, write_atomic
 from arag.data.metrics import METRICS
-from arag.optimizers.tuning_cost import cost_report
-from arag.optimizers.tuning_objectives import Objective
-from arag.optimizers.tuning_study import trial_facts
+from arag.optimizers.tuning.cost import cost_report
+from arag.optimizers.tuning.objectives import Objective
+from arag.optimizers.tuning.study import trial_facts
 
 logger = logging.getLogger(__name__)
 

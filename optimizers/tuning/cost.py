@@ -18,7 +18,7 @@ import optuna
 from dspy.utils.callback import BaseCallback
 from optuna.trial import FrozenTrial, TrialState
 
-from arag.optimizers.tuning_study import FINISHED, trial_facts
+from arag.optimizers.tuning.study import FINISHED, trial_facts
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +141,13 @@ def cost_report(study: optuna.Study) -> dict[str, Any]:
     return report
 
 
-def stop_when_spent(budget: int) -> Callable[[optuna.Study, FrozenTrial], None]:
-    """Stop the study once its trials have spent `budget` LM calls (the trial running then still finishes)."""
+def stop_when_spent(max_study_lm_calls: int) -> Callable[[optuna.Study, FrozenTrial], None]:
+    """Stop the study once its trials have spent `max_study_lm_calls` LM calls (the trial running then still
+    finishes)."""
     def stop(study: optuna.Study, _: FrozenTrial) -> None:
-        if cost_report(study)["lm_calls_spent"] >= budget:
-            logger.warning("study %s has spent its budget of %d LM calls: no further trial", study.study_name, budget)
+        if cost_report(study)["lm_calls_spent"] >= max_study_lm_calls:
+            logger.warning("study %s has spent the %d LM calls it may spend: no further trial", study.study_name,
+                           max_study_lm_calls)
             study.stop()
 
     return stop
