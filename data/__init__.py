@@ -1,7 +1,9 @@
-"""Datasets, corpora and metrics: files turned into passages and `dspy.Example`s, and the QA scores."""
+"""Datasets, corpora and metrics: files turned into passages and `dspy.Example`s, and the QA scores. Each dataset
+that arag knows is one module of `datasets/`."""
 
 from arag.data.corpus import CORPUS_FORMATS, corpus_format, iter_corpus, load_corpus
-from arag.data.loaders import FORMATS, dataset_from_text, detect_format, load_examples
+from arag.data.datasets import dataset_from_text
+from arag.data.loaders import FORMATS, detect_format, load_examples
 from arag.data.metrics import (
     METRICS,
     choice_accuracy,

@@ -1,4 +1,5 @@
-"""QA metrics: string-level scores, their DSPy-metric adapters, and which of them suit each dataset."""
+"""QA metrics: string-level scores, their DSPy-metric adapters, and which of them suit an example (a known
+dataset declares its own in `datasets/`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import string
 from collections import Counter
 from typing import Any, Callable, Sequence
 
+from arag.data.datasets import dataset_named
 from arag.errors import ConfigError
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -178,21 +180,6 @@ METRICS: dict[str, Callable[..., float]] = {
     "yes_no_acc": _answers_metric(yes_no_accuracy),
 }
 
-_DATASET_METRICS = {
-    "hotpotqa": ["em", "f1"],
-    "2wiki": ["em", "f1"],
-    "musique": ["em", "f1"],
-    "popqa": ["match", "em", "f1"],
-    "triviaqa": ["match", "em", "f1"],
-    "nq": ["match", "em", "f1"],
-    "arc": ["choice_acc"],
-    "strategyqa": ["yes_no_acc"],
-    "pubmedqa": ["yes_no_acc"],
-    "pubhealth": ["yes_no_acc"],
-    "asqa": ["str_em", "str_hit"],
-}
-
-
 def get_metric(name: str) -> Callable[..., float]:
     """The DSPy metric `metric(example, pred, trace=None) -> float` called `name`."""
     try:
@@ -203,9 +190,9 @@ def get_metric(name: str) -> Callable[..., float]:
 
 def default_metrics(example: Any) -> list[str]:
     """The metric names that suit an example: by its `dataset`, else choices or qa_pairs, else match/em/f1."""
-    dataset = _field(example, "dataset")
-    if dataset in _DATASET_METRICS:
-        return list(_DATASET_METRICS[dataset])
+    dataset = dataset_named(_field(example, "dataset"))
+    if dataset is not None:
+        return list(dataset.metrics)
     if _field(example, "choices"):
         return ["choice_acc"]
     if _field(example, "qa_pairs"):

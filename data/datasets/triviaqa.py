@@ -1,0 +1,7 @@
+"""TriviaQA: open questions with answer aliases, read in the project's JSON Lines shape."""
+
+import re
+
+from arag.data.datasets.declaration import Dataset
+
+DATASET = Dataset(name="triviaqa", pattern=re.compile(r"trivia_?qa"), metrics=("match", "em", "f1"))
