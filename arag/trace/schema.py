@@ -12,8 +12,6 @@ from typing import Any, Iterable, Mapping, Union
 from arag.trace.record import ABSENT, STEP_KINDS, Step
 from arag.trace.steps import Stop, StopReason
 
-SCHEMA_ID = "https://arag.invalid/trace.schema.json"
-
 
 def trace_steps(source: Any) -> list[dict[str, Any]]:
     """The steps of a prediction or a failure (`.trace`), a predictions row (`["trace"]`) or a trace (a list)."""
@@ -85,7 +83,6 @@ def trace_schema(kinds: Iterable[type[Step]] | None = None) -> dict[str, Any]:
     declared = sorted(kinds if kinds is not None else STEP_KINDS.values(), key=lambda kind: kind.kind)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": SCHEMA_ID,
         "title": "arag trace",
         "description": "The steps of one program call, in the order taken; each step's `step` names its kind.",
         "type": "array",
