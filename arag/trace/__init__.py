@@ -39,6 +39,7 @@ from arag.trace.schema import (
     kinds_of,
     steps_of,
     stop_reason,
+    trace_declarations,
     trace_schema,
     trace_schema_text,
     trace_steps,
@@ -67,6 +68,6 @@ __all__ = [
     "Generate", "Ground", "Hop", "NoEvidence", "Note", "Observation", "Pair", "PieceStep", "Query", "Read", "Refine",
     "RetrievalDecision", "Retrieve", "Review", "Rewrite", "Route", "Search", "Select", "Sentence", "Step", "Stop",
     "StopReason", "Summary", "Trace", "Unreadable", "Validity", "Window", "Write", "branch_of", "current_trace",
-    "is_step", "kinds_of", "note", "recording", "shown_probability", "steps_of", "stop_reason", "trace_schema",
-    "trace_schema_text", "trace_steps",
+    "is_step", "kinds_of", "note", "recording", "shown_probability", "steps_of", "stop_reason", "trace_declarations",
+    "trace_schema", "trace_schema_text", "trace_steps",
 ]

@@ -10,7 +10,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping, Union
 
 from arag.trace.record import ABSENT, STEP_KINDS, Step
-from arag.trace.steps import Stop, StopReason
+from arag.trace.steps import PieceStep, Stop, StopReason
 
 
 def trace_steps(source: Any) -> list[dict[str, Any]]:
@@ -100,3 +100,13 @@ def stop_reason(source: Any) -> StopReason | None:
     """The reason of the last `stop` step, None when there is none."""
     stops = steps_of(source, Stop)
     return StopReason(stops[-1]["reason"]) if stops else None
+
+
+def trace_declarations() -> dict[str, Any]:
+    """The declarations a reader outside Python needs (the report's page): each kind by its class name, the kinds
+    of answer pieces, and each stop reason's sentence."""
+    return {
+        "kinds": {kind.__name__: name for name, kind in STEP_KINDS.items()},
+        "piece_kinds": sorted(name for name, kind in STEP_KINDS.items() if issubclass(kind, PieceStep)),
+        "stop_reasons": {reason.value: reason.description for reason in StopReason},
+    }
