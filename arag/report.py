@@ -21,6 +21,7 @@ from typing import Any, Sequence
 
 from arag.errors import AragError, ConfigError, DataError
 from arag.evaluate import COUNTS, PREDICTIONS, RUN, SUMMARY, summarize
+from arag.trace import trace_declarations
 
 COSTS = {  # the scatter's cost axes: a comparison row's key and its label
     "lm_calls": "LM calls per question",
@@ -309,6 +310,7 @@ def report_data(runs: Sequence[Run]) -> dict[str, Any]:
         "fronts": fronts,
         "figures": {m: {c: scatter_figure(rows, m, c, fronts[m][c]) for c in COSTS} for m in metrics},
         "questions": questions,
+        "declarations": trace_declarations(),
         "coverage": {
             "questions": len(questions),
             "in_every_run": sum(q["in_every_run"] for q in questions),

@@ -34,6 +34,7 @@ from arag.concurrency import DEFAULT_LM_CONCURRENCY, set_lm_concurrency  # noqa:
 from arag.data import load_examples  # noqa: E402
 from arag.programs import PROGRAMS, build_program  # noqa: E402
 from arag.testing import isolated_cache, scripted_lm  # noqa: E402
+from arag.trace import Candidate, Evaluate, Refine, RetrievalDecision, Rewrite, steps_of  # noqa: E402
 
 TARGET = 1.3
 FAN_OUT_PROGRAMS = ("crag", "self-crag", "self-rag")
@@ -41,14 +42,12 @@ FAN_OUT_PROGRAMS = ("crag", "self-crag", "self-rag")
 
 def critical_rounds(name: str, prediction: dspy.Prediction) -> int:
     """Rounds of dependent LM calls the algorithm needs for this question (see the module docstring)."""
-    steps = [step["step"] for step in prediction.trace]
-    correction = (steps.count("evaluate") + sum(1 for s in prediction.trace if s["step"] == "refine")
-                  + steps.count("rewrite"))
+    correction = len(steps_of(prediction, Evaluate, Refine, Rewrite))
     if name == "crag":
         return correction + 1
     if name in ("self-rag", "self-crag"):
-        decisions = sum(1 for s in prediction.trace if s["step"] == "retrieval_decision" and "p_retrieve" in s)
-        depths = {s["depth"] for s in prediction.trace if s["step"] == "candidate"}
+        decisions = sum("p_retrieve" in step for step in steps_of(prediction, RetrievalDecision))
+        depths = {step["depth"] for step in steps_of(prediction, Candidate)}
         return decisions + 2 * len(depths) + (correction if name == "self-crag" else 0)
     return prediction.lm_calls
 

@@ -22,6 +22,7 @@ from arag.data.metrics import default_metrics, get_metric, prediction_text
 from arag.errors import ConfigError, DataError
 from arag.lm import require_lm
 from arag.programs.frame.base import RAGProgram
+from arag.trace import Retrieve, steps_of
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ def feedback_text(name: str, value: float, gold: dspy.Example, pred: Any, pred_n
     supporting = list(gold.get("supporting_titles") or [])
     steps = pred.get("trace") if isinstance(pred, dspy.Prediction) else None
     if supporting and steps:
-        retrieved = {p["title"] for s in steps if s.get("step") == "retrieve" for p in s.get("passages", [])}
+        retrieved = {p["title"] for step in steps_of(steps, Retrieve) for p in step.get("passages", [])}
         found = [t for t in supporting if t in retrieved]
         missing = [t for t in supporting if t not in retrieved]
         lines.append(f"Supporting passages retrieved: {', '.join(found) or 'none'}; "

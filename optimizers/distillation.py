@@ -38,8 +38,8 @@ from arag.errors import DataError
 from arag.evaluate import PREDICTIONS, RUN
 from arag.programs.genground import cited_evidence
 from arag.signatures.grounding import GroundAnswer
+from arag.trace import Ground, steps_of
 
-GROUNDING_STEP = "ground"
 MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY = "malformed", "no evidence", "unrevised", "revised wrongly"
 FLAWS = (MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY)
 PAPER_FILTERS = {MALFORMED, NO_EVIDENCE, REVISED_WRONGLY}  # the paper keeps groundings that confirm the candidate
@@ -76,7 +76,7 @@ def export_grounding(
     adapter = run_adapter(predictions.parent)
     examples, calls_seen = [], 0
     for row in rows:
-        calls = [step for step in row.get("trace") or [] if step.get("step") == GROUNDING_STEP]
+        calls = steps_of(row, Ground)
         calls_seen += len(calls)
         correct = answer_correct(row, metric, predictions)
         if only_correct and not correct:
@@ -129,7 +129,7 @@ def call_flaws(call: dict[str, Any], row: dict[str, Any], final_answer_correct: 
 
 
 def _last_grounded_hop(row: dict[str, Any]) -> Any:
-    hops = [step.get("hop") for step in row.get("trace") or [] if step.get("step") == GROUNDING_STEP]
+    hops = [step.get("hop") for step in steps_of(row, Ground)]
     return hops[-1] if hops else None
 
 

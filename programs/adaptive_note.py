@@ -50,7 +50,7 @@ from arag.signatures.notes import (
     WriteLongAnswerFromNote,
     WriteNote,
 )
-from arag.trace import current_trace, shown_probability
+from arag.trace import ABSENT, Note, Query, Review, Stop, StopReason, current_trace, shown_probability, steps_of
 
 T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10,
              searched=True, search_range=(1, 3))
@@ -67,7 +67,6 @@ QUERY_STYLE = Param("query_style", "paper", "paper: one query per iteration, ret
 ANSWER_STYLE = Param("answer_style", "short", "a few words (multi-hop QA) or a guided long form (long-form QA)",
                      choices=("short", "long"), tunable=False)
 
-REPEATED_QUERY = "repeated_query"
 OFFICIAL_QUERIES = 2  # new questions per iteration in the official code
 OFFICIAL_QUERY_CHARS = 500  # the official search text is cut to this many characters
 
@@ -75,6 +74,7 @@ OFFICIAL_QUERY_CHARS = 500  # the official search text is cut to this many chara
 @register
 class AdaptiveNote(RAGProgram):
     name = "adaptive-note"
+    lm_calls_formula = "1 + 3 x iterations + retries + 1"
     follows = ("the paper (Wang et al., 2024) by default, collection cut at T_RP as the official code does; "
                "query_style=official: the official code's iteration (thunlp/Adaptive-Note, src/main.py)")
     params = (T_IU, T_CI, T_RP, passages_per_retrieval(5), QUERY_WITH_QUESTION, QUERY_STYLE, ANSWER_STYLE)
@@ -87,12 +87,17 @@ class AdaptiveNote(RAGProgram):
         self.compare_notes = dspy.Predict(CompareNotes)
         self.generate_answer = dspy.Predict(AnswerFromNote if self.answer_style == "short" else WriteLongAnswerFromNote)
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """The first note, every query proposal (retries included), the updates and their reviews, the answer."""
+        updates = sum(step["iteration"] > 0 for step in steps_of(trace, Note))
+        return 1 + len(steps_of(trace, Query)) + updates + len(steps_of(trace, Review)) + 1
+
     def run(self, question: str) -> dict:
         # Note initialisation: P_0 = ret(q, k); N_0 -> M_opt.
         passages = self.retrieve(question, why="question")
         seen = {p.id for p in passages}
         best_note = self.write_note(question=question, passages=format_passages(passages)).note
-        self.note("note", iteration=0, new_ids=[p.id for p in passages], seen_ids=[], note=best_note)
+        self.note(Note(iteration=0, new_ids=[p.id for p in passages], seen_ids=[], note=best_note))
 
         asked: list[str] = []
         invalid_updates = iterations = 0
@@ -100,7 +105,7 @@ class AdaptiveNote(RAGProgram):
             # Iterative information collection: q_t not in Q_ask, P_t = ret(q_t, k), N_t.
             queries = self.next_queries(question, best_note, asked, iterations + 1)
             if not queries:
-                stop = REPEATED_QUERY
+                stop = StopReason.REPEATED_QUERY
                 break
             asked.extend(queries)
             iterations += 1
@@ -109,8 +114,8 @@ class AdaptiveNote(RAGProgram):
             seen_ids = list(dict.fromkeys(p.id for p in retrieved if p.id in seen))
             seen.update(new_ids)
             note = self.update_note(question=question, note=best_note, passages=format_passages(read)).updated_note
-            self.note("note", iteration=iterations, query=" | ".join(queries), new_ids=new_ids, seen_ids=seen_ids,
-                      note=note)
+            self.note(Note(iteration=iterations, query=" | ".join(queries), new_ids=new_ids, seen_ids=seen_ids,
+                           note=note))
 
             # Adaptive memory review: N_t -> M_opt when better, else an invalid update.
             if self.review(question, best_note, note, iterations):
@@ -118,20 +123,20 @@ class AdaptiveNote(RAGProgram):
             else:
                 invalid_updates += 1
 
-        self.note("stop", reason=stop, invalid_updates=invalid_updates, iterations=iterations,
-                  distinct_passages=len(seen))
+        self.note(Stop(reason=stop, invalid_updates=invalid_updates, iterations=iterations,
+                       distinct_passages=len(seen)))
         # Task-oriented generator: a = LM(q, M_opt).
         answer = self.answered(self.generate_answer(question=question, note=best_note))
-        return {"answer": answer, "note": best_note, "stop_reason": stop}
+        return {"answer": answer, "note": best_note, "stop_reason": stop.value}
 
-    def stop_reason(self, invalid_updates: int, iterations: int, distinct_passages: int) -> str | None:
+    def stop_reason(self, invalid_updates: int, iterations: int, distinct_passages: int) -> StopReason | None:
         """The first stop rule met (`t_iu`, `t_ci`, `t_rp`), or None to go on collecting."""
         if invalid_updates >= self.t_iu:
-            return "t_iu"
+            return StopReason.T_IU
         if iterations >= self.t_ci:
-            return "t_ci"
+            return StopReason.T_CI
         if distinct_passages >= self.t_rp:
-            return "t_rp"
+            return StopReason.T_RP
         return None
 
     def collect(self, question: str, queries: list[str], seen: set[str]) -> tuple[list[Passage], list[Passage]]:
@@ -151,9 +156,7 @@ class AdaptiveNote(RAGProgram):
         taken = [p for p in found if p.id not in cut]
         trace = current_trace()
         if trace is not None:
-            step = trace.retrieval(query, taken, why=why, k=self.k)
-            if cut:
-                step["cut_ids"] = [p.id for p in unseen if p.id in cut]
+            trace.retrieval(query, taken, why=why, k=self.k, cut_ids=[p.id for p in unseen if p.id in cut] or ABSENT)
         return taken, read
 
     def next_queries(self, question: str, best_note: str, asked: list[str], iteration: int) -> list[str]:
@@ -171,7 +174,7 @@ class AdaptiveNote(RAGProgram):
             fresh = []
             for query in (q.strip() for q in proposed):
                 repeated = query_key(query) in asked_keys or query_key(query) in {query_key(f) for f in fresh}
-                self.note("query", iteration=iteration, query=query, repeated=repeated)
+                self.note(Query(iteration=iteration, query=query, repeated=repeated))
                 if not repeated:
                     fresh.append(query)
             if fresh:
@@ -188,12 +191,12 @@ class AdaptiveNote(RAGProgram):
         prediction = judged(self.compare_notes, "not better: the best note is kept", question=question,
                             best_note=best_note, new_note=new_note)
         if prediction is None:
-            self.note("review", iteration=iteration, better=False)
+            self.note(Review(iteration=iteration, better=False))
             return False
         better = bool(prediction.better)
-        step = self.note("review", iteration=iteration, better=better)
-        if has_top_logprobs(prediction, "better"):
-            step["p_better"] = shown_probability(label_probabilities(prediction, "better", ["True", "False"])["True"])
+        p_better = shown_probability(label_probabilities(prediction, "better", ["True", "False"])["True"]) \
+            if has_top_logprobs(prediction, "better") else ABSENT
+        self.note(Review(iteration=iteration, better=better, p_better=p_better))
         return better
 
 

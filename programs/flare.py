@@ -61,7 +61,7 @@ from arag.programs.frame.registry import register
 from arag.programs.frame.sentences import ends_with_final_answer
 from arag.signatures.generation import ContinueAnswerWithSearch
 from arag.signatures.queries import QuestionForSpan
-from arag.trace import shown_probability
+from arag.trace import Sentence, Stop, StopReason, Write, shown_probability, steps_of
 
 THETA = Param("theta", 0.8, "retrieve when a drafted token's probability is at most theta "
               "(0: only at the start, 1: for every sentence)", low=0.0, high=1.0, searched=True)
@@ -105,6 +105,7 @@ class FLARE(ActiveGeneration):
     """
 
     name = "flare"
+    lm_calls_formula = "look-aheads (+1 ending) + rewrites + span questions"
     follows = ("the paper (Jiang et al., 2023); where it is silent, the official code (jzbjyb/FLARE, src/templates.py, "
                "src/openai_api.py): ties at theta and beta, unsure terms of tokens fewer than 5 apart, no search "
                "for an empty masked query")
@@ -158,6 +159,13 @@ class FLARE(ActiveGeneration):
             queries = [f"{answer.question} {query}" for query in queries]
         return [query.strip() for query in queries if query.strip()]
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """Look-aheads (+1 ending), a rewrite per retrieval, a question per unsure span."""
+        sentences = steps_of(trace, Sentence)
+        rewrites = sum(step["retrieved"] for step in sentences)
+        questions = sum(len(step.get("spans", ())) for step in sentences if step["retrieved"])
+        return super().required_lm_calls(trace) + rewrites + questions
+
 
 @register
 class FLAREInstruct(RAGProgram):
@@ -168,6 +176,7 @@ class FLAREInstruct(RAGProgram):
     """
 
     name = "flare-instruct"
+    lm_calls_formula = "one generation per search, +1"
     follows = ("the paper (Jiang et al., 2023); forbid_after_search as the official forbid_generate_step; past the "
                "search cap, writing goes on")
     params = (FLARE_SETTING_K, MAX_SEARCHES, CALL_TOKENS, SEARCH_LOGIT_BIAS, FORBID_AFTER_SEARCH, SEARCH_TOKEN_IDS)
@@ -184,32 +193,35 @@ class FLAREInstruct(RAGProgram):
             raise ConfigError("flare-instruct: parameter 'forbid_after_search' needs parameter 'search_token_ids' "
                               "(the ids of the tokens that open a search marker in the model's tokenizer)")
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return len(steps_of(trace, Write))
+
     def run(self, question: str) -> dict:
         answer = LongAnswer(question, self.retrieve(question, why="question"))
         searches = past_the_cap = 0
         while True:
             text, query = self.write(answer, searches_left=self.max_searches - searches)
-            self.note("write", index=len(answer.pieces), text=text, search=query)
+            self.note(Write(index=len(answer.pieces), text=text, search=query))
             if text:
                 answer.add(Piece(text))
             if query is None:
-                stop = "the model ended its answer"
+                stop = StopReason.MODEL_ENDED
                 break
             if searches == self.max_searches:
                 # At the cap the marker is dropped and writing goes on, without searching, until the answer ends.
                 past_the_cap += 1
                 if ends_with_final_answer(answer.text):
-                    stop = "the answer gave its final answer"
+                    stop = StopReason.FINAL_ANSWER
                     break
                 if past_the_cap > WRITES_PAST_THE_CAP:
-                    stop = "the model kept searching past the cap"
+                    stop = StopReason.SEARCH_CAP
                     break
                 continue
             answer.passages = self.retrieve(query or question, why="search marker")
             searches += 1
             if self.forbid_after_search:
                 self.write_without_searching(answer, searches_left=self.max_searches - searches)
-        self.note("stop", reason=stop, searches=searches)
+        self.note(Stop(reason=stop, searches=searches))
         return answer.finish(self)
 
     def write_without_searching(self, answer: LongAnswer, searches_left: int) -> None:
@@ -219,7 +231,7 @@ class FLAREInstruct(RAGProgram):
         text, _ = self.write(answer, searches_left, max_tokens=self.forbid_after_search + MARKUP_TOKENS,
                              logit_bias=bias)
         cut = text.rpartition(" ")[0] if " " in text else text
-        self.note("write", index=len(answer.pieces), text=cut, search=None, forbidden=sorted(self.forbidden))
+        self.note(Write(index=len(answer.pieces), text=cut, search=None, forbidden=sorted(self.forbidden)))
         if cut:
             answer.add(Piece(cut))
 

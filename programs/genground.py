@@ -25,6 +25,7 @@ from arag.signatures.grounding import (
     GroundAnswer,
     GroundedHop,
 )
+from arag.trace import Answer, Deduce, Ground, Hop, Stop, StopReason, steps_of, stop_reason
 
 K = passages_per_retrieval(10, "one retrieval per sub-question")
 BATCH_SIZE = Param("batch_size", 3, "passages per grounding call (b), fed in rank order", low=1, high=20,
@@ -43,6 +44,7 @@ class GenGround(RAGProgram):
     """GenGround: answer deduction from the model's knowledge, then instructed grounding in batches."""
 
     name = "genground"
+    lm_calls_formula = "deductions + grounding batches (+ closing)"
     follows = "the paper (Shi et al., 2024), with a hop budget (max_hops) the paper does not have"
     params = (K, BATCH_SIZE, MAX_HOPS, ANSWER_TYPE, REASONING)
 
@@ -53,22 +55,29 @@ class GenGround(RAGProgram):
         self.ground = predictor(GroundAnswer, self.reasoning)
         self.conclude = predictor(ConcludeYesNo if yes_no else ConcludeFromHistory, self.reasoning)
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """Every deduction and grounding batch, and the closing call when the hops ran out or named no yes/no."""
+        deductions, answers = steps_of(trace, Deduce), steps_of(trace, Answer)
+        closing = stop_reason(trace) == StopReason.HOP_BUDGET or bool(
+            answers and "stated" not in answers[-1] and deductions[-1]["finished"] is False)
+        return len(deductions) + len(steps_of(trace, Ground)) + closing
+
     def run(self, question: str) -> dict[str, Any]:
         history: list[GroundedHop] = []
         for hop in range(1, self.max_hops + 1):
             # Answer deduction: the next single-hop sub-question and the model's own answer, or the final answer.
             deduced = self.deduce(question=question, history=history)
-            self.note("deduce", hop=hop, finished=deduced.finished, sub_question=deduced.sub_question,
-                      answer=deduced.answer, **_reasoning(deduced))
+            self.note(Deduce(hop=hop, finished=deduced.finished, sub_question=deduced.sub_question,
+                             answer=deduced.answer, **_reasoning(deduced)))
             if deduced.finished or not deduced.sub_question.strip():
                 # A deduction without a sub-question has nothing to ground: its answer is the final one.
-                reason = "final answer" if deduced.finished else "no sub-question"
-                self.note("stop", reason=reason, hops=len(history))
+                reason = StopReason.DEDUCED if deduced.finished else StopReason.NO_SUB_QUESTION
+                self.note(Stop(reason=reason, hops=len(history)))
                 return {"answer": self.finish(question, history, deduced), "hops": _dumped(history)}
             # Instructed knowledge grounding of that answer, b passages at a time.
             passages = self.retrieve(deduced.sub_question, why=f"hop {hop} sub-question")
             history.append(self.ground_in_batches(question, deduced.sub_question, deduced.answer, passages, hop))
-        self.note("stop", reason="hop budget", hops=len(history))
+        self.note(Stop(reason=StopReason.HOP_BUDGET, hops=len(history)))
         return {"answer": self.answered(self.conclude(question=question, history=history)), "hops": _dumped(history)}
 
     def ground_in_batches(self, question: str, sub_question: str, deduced_answer: str,
@@ -85,13 +94,13 @@ class GenGround(RAGProgram):
                       "passages": format_passages(batch)}
             grounded = self.ground(**inputs)
             evidence = cited_evidence(grounded.evidence or [])
-            self.note("ground", hop=hop, batch=len(batches_tried), passage_ids=batches_tried[-1], inputs=inputs,
-                      outputs=_outputs(grounded), evidence_found=bool(evidence))
+            self.note(Ground(hop=hop, batch=len(batches_tried), passage_ids=batches_tried[-1], inputs=inputs,
+                             outputs=_outputs(grounded), evidence_found=bool(evidence)))
             if evidence:
                 answer = grounded.revised_answer.strip() or deduced_answer
                 break
-        self.note("hop", hop=hop, sub_question=sub_question, deduced_answer=deduced_answer, batches=batches_tried,
-                  evidence=evidence, answer=answer, revised=answer != deduced_answer)
+        self.note(Hop(hop=hop, sub_question=sub_question, deduced_answer=deduced_answer, batches=batches_tried,
+                      evidence=evidence, answer=answer, revised=answer != deduced_answer))
         return GroundedHop(sub_question=sub_question, answer=answer, evidence=evidence)
 
     def finish(self, question: str, history: list[GroundedHop], deduced: dspy.Prediction) -> str:
@@ -102,7 +111,7 @@ class GenGround(RAGProgram):
         label = yes_no_label(deduced.answer)
         if label is None:
             return self.answered(self.conclude(question=question, history=history))
-        self.note("answer", answer=label, stated=deduced.answer)
+        self.note(Answer(answer=label, stated=deduced.answer))
         return label
 
 

@@ -69,6 +69,7 @@ class IRCoT(PreviousSentence):
     K passages per retrieval, up to 15 in all; the chain stops at "answer is" or after 8 sentences."""
 
     name = "ircot"
+    lm_calls_formula = "one draft per sentence (+1 ending) + 1 reader"
     follows = ("the paper (Trivedi et al., 2023): K per step, a cap of 15 passages, 8 steps, stop at \"answer is\", "
                "a separate reader; where it is silent, the official code (StonyBrookNLP/ircot): K=6, the cot "
                "reader of its GPT-3 configurations, paragraphs cut to 350 words")

@@ -34,6 +34,7 @@ from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import REASONING, predictor
 from arag.programs.frame.registry import register
 from arag.signatures.iterative import AnswerFromIterationPassages
+from arag.trace import Generate, steps_of
 
 ITERATIONS = Param("iterations", 2, "retrieval-generation iterations (T); 1 is a single retrieve-then-generate",
                    low=1, high=7, searched=True, search_range=(1, 4))
@@ -45,6 +46,7 @@ class IterRetGen(RAGProgram):
     """Iter-RetGen: T rounds of retrieving with the previous generation and the question, then generating."""
 
     name = "iter-retgen"
+    lm_calls_formula = "one generation per iteration"
     follows = ("the paper (Shao et al., 2023): query = previous generation || question, k=5 (its section 4.4); "
                "T=2 from its per-iteration gains (FlashRAG uses 3)")
     params = (ITERATIONS, K, REASONING)
@@ -52,6 +54,9 @@ class IterRetGen(RAGProgram):
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.generate = predictor(AnswerFromIterationPassages, self.reasoning)
+
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return len(steps_of(trace, Generate))
 
     def run(self, question: str) -> dict[str, Any]:
         generation = ""
@@ -62,8 +67,8 @@ class IterRetGen(RAGProgram):
             passages = self.retrieve(query, why=why)
             prediction = self.generate(passages=format_passages(passages), question=question)
             generation = generation_text(prediction)
-            self.note("generate", iteration=iteration, query=query, passage_ids=[p.id for p in passages],
-                      generation=generation, answer=prediction.answer)
+            self.note(Generate(iteration=iteration, query=query, passage_ids=[p.id for p in passages],
+                               generation=generation, answer=prediction.answer))
         answer = self.answered(prediction)
         return {"answer": answer, "generation": generation}
 

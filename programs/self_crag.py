@@ -37,10 +37,12 @@ from arag.programs.crag.correction import (
     THRESHOLD_PRESETS,
     KnowledgeCorrector,
     check_thresholds,
+    correction_lm_calls,
 )
 from arag.programs.frame.params import Param
 from arag.programs.frame.registry import register
 from arag.programs.self_rag.self_rag import SELF_RAG_PARAMS, SelfRAG
+from arag.trace import Contexts
 
 CONTEXTS = Param("contexts", "released", "what Self-RAG reads: released, the internal, external and combined knowledge "
                  "as CRAG's released code gives each question; action, the knowledge of CRAG's action (the paper)",
@@ -54,6 +56,7 @@ class SelfCRAG(SelfRAG):
     """Self-CRAG: Self-RAG reading CRAG's corrected knowledge instead of the raw top-k passages."""
 
     name = "self-crag"
+    lm_calls_formula = "Self-RAG's + CRAG's corrective calls"
     follows = ("the released pipeline (HuskyInSalt/CRAG, scripts/data_process.py) by default; contexts=action: "
                "the paper's description")
     params = SELF_CRAG_PARAMS
@@ -78,7 +81,11 @@ class SelfCRAG(SelfRAG):
         external = self.corrector.search_knowledge(question)
         forms = {"internal": internal, "external": external,
                  "combined": internal + external if internal and external else []}
-        self.note("contexts", depth=depth, given=[name for name, knowledge in forms.items() if knowledge],
-                  empty=[name for name, knowledge in forms.items() if not knowledge])
+        self.note(Contexts(depth=depth, given=[name for name, knowledge in forms.items() if knowledge],
+                           empty=[name for name, knowledge in forms.items() if not knowledge]))
         return [Passage(f"knowledge:{name}:{depth}", "", "\n".join(knowledge))
                 for name, knowledge in forms.items() if knowledge]
+
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return super().required_lm_calls(trace) + correction_lm_calls(trace)
+

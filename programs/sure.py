@@ -59,7 +59,7 @@ from arag.signatures.summaries import (
     candidate_field,
     propose_candidates,
 )
-from arag.trace import shown_probability
+from arag.trace import ABSENT, Answer, Candidates, Compare, Pair, Select, Summary, Validity, shown_probability, steps_of
 
 K = passages_per_retrieval(10, "SuRe's N = 10 retrieved passages")
 CANDIDATES = Param("candidates", 2, "answer candidates (K) proposed in one call, each summarised and judged",
@@ -77,6 +77,7 @@ class SuRe(RAGProgram):
     """SuRe: K answer candidates, a summary of the passages for each, and the best-supported one chosen."""
 
     name = "sure"
+    lm_calls_formula = "1 + K summaries + K validity + K(K-1) pair-wise"
     follows = ("the paper (Kim et al., 2024) with the official code's settings (bbuing9/ICLR24_SuRe): N=10, "
                "K=2, binary validity, both orders of each pair, its unreadable-verdict and tie rules")
     params = (K, CANDIDATES, VALIDITY_SCORE)
@@ -88,17 +89,21 @@ class SuRe(RAGProgram):
         self.judge_support = dspy.Predict(JudgeSummarySupport)
         self.compare = dspy.Predict(CompareSummaries)
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """The candidates, then per distinct candidate a summary and a validity judgement, two per pair."""
+        return 1 + len(steps_of(trace, Summary)) + len(steps_of(trace, Validity)) + len(steps_of(trace, Compare))
+
     def run(self, question: str) -> dict[str, Any]:
         passages = format_passages(self.retrieve(question, why="question"))
         # Candidate generation: K different answers in one call.
         proposal = self.propose(passages=passages, question=question)
         proposed = [proposal[candidate_field(number)] for number in range(1, self.candidates + 1)]
         candidates = distinct_candidates(proposed, self.candidates)
-        self.note("candidates", proposed=proposed, candidates=candidates)
+        self.note(Candidates(proposed=proposed, candidates=candidates))
         if len(candidates) < 2:
             answer = candidates[0] if candidates else ""
-            self.note("select", reason="one candidate" if candidates else "no candidate", chosen=answer)
-            self.note("answer", answer=answer)
+            self.note(Select(reason="one candidate" if candidates else "no candidate", chosen=answer))
+            self.note(Answer(answer=answer))
             return {"answer": answer, "candidates": candidates}
 
         # Conditional summarization: one summary per candidate, arguing for it.
@@ -107,7 +112,7 @@ class SuRe(RAGProgram):
             summary = self.summarize(passages=passages, question=question, candidates=candidates,
                                      chosen_candidate=candidate).supporting_summary
             summaries.append(summary)
-            self.note("summary", candidate_index=index, candidate=candidate, summary=summary)
+            self.note(Summary(candidate_index=index, candidate=candidate, summary=summary))
 
         # Selection: instance-wise validity plus pair-wise ranking.
         validity = [self.validity(question, index, candidate, summary)
@@ -115,9 +120,9 @@ class SuRe(RAGProgram):
         ranking = self.ranking(question, candidates, summaries)
         scores = [v + r for v, r in zip(validity, ranking)]
         chosen, tied = best(scores)
-        self.note("select", reason="highest score", validity=_shown(validity), ranking=_shown(ranking),
-                  scores=_shown(scores), chosen_index=chosen, chosen=candidates[chosen], tie=tied)
-        self.note("answer", answer=candidates[chosen], summary=summaries[chosen])
+        self.note(Select(reason="highest score", validity=_shown(validity), ranking=_shown(ranking),
+                         scores=_shown(scores), chosen_index=chosen, chosen=candidates[chosen], tie=tied))
+        self.note(Answer(answer=candidates[chosen], summary=summaries[chosen]))
         return {"answer": candidates[chosen], "candidates": candidates, "summary": summaries[chosen]}
 
     def validity(self, question: str, index: int, candidate: str, summary: str) -> float:
@@ -126,18 +131,19 @@ class SuRe(RAGProgram):
         prediction = judged(self.judge_support, "validity 0: counted as not supported", question=question,
                             candidate=candidate, summary=summary)
         if prediction is None:
-            self.note("validity", candidate_index=index, candidate=candidate, supports=None, validity=0.0)
+            self.note(Validity(candidate_index=index, candidate=candidate, supports=None, validity=0.0))
             return 0.0
         supports = bool(prediction.supports_candidate)
         value = 1.0 if supports else 0.0
-        step = self.note("validity", candidate_index=index, candidate=candidate, supports=supports)
+        p_supports = ABSENT
         if has_top_logprobs(prediction, "supports_candidate"):
             probabilities = label_probabilities(prediction, "supports_candidate", ["True", "False"])
             if sum(probabilities.values()) > 0:
-                step["p_supports"] = shown_probability(probabilities["True"])
+                p_supports = shown_probability(probabilities["True"])
                 if self.validity_score == "probability":
                     value = probabilities["True"]
-        step["validity"] = shown_probability(value)
+        self.note(Validity(candidate_index=index, candidate=candidate, supports=supports, p_supports=p_supports,
+                           validity=shown_probability(value)))
         return value
 
     def ranking(self, question: str, candidates: Sequence[str], summaries: Sequence[str]) -> list[float]:
@@ -152,7 +158,7 @@ class SuRe(RAGProgram):
                 share_i = sum(winner == i for winner in readable) / len(readable) if readable else 0.5
                 points[i] += share_i
                 points[j] += 1.0 - share_i
-                self.note("pair", candidate_indices=[i, j], winners=winners, share=_shown([share_i, 1.0 - share_i]))
+                self.note(Pair(candidate_indices=[i, j], winners=winners, share=_shown([share_i, 1.0 - share_i])))
         return [p / (len(candidates) - 1) for p in points]
 
     def verdict(self, question: str, candidates: Sequence[str], summaries: Sequence[str], first: int,
@@ -162,7 +168,7 @@ class SuRe(RAGProgram):
         prediction = judged(self.compare, "no verdict: the pair's other order decides (an even split without one)",
                             question=question, summary_1=summaries[first], summary_2=summaries[second])
         winner = None if prediction is None else (first if prediction.more_informative == "1" else second)
-        self.note("compare", order=[first, second], shown=[candidates[first], candidates[second]], winner=winner)
+        self.note(Compare(order=[first, second], shown=[candidates[first], candidates[second]], winner=winner))
         return winner
 
 

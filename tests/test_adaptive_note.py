@@ -16,6 +16,7 @@ from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
 from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
+from arag.trace import Answer, Note, Query, Retrieve, Review, Stop, StopReason, is_step, kinds_of, steps_of
 
 from fakes import PassageTemplate, TemplateRetriever
 
@@ -82,10 +83,6 @@ def run(script, retriever=None, lm_kwargs=None, **params):
     return prediction, lm
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 def expected_calls(iterations, retries=0):
     return 1 + 3 * iterations + retries + 1
 
@@ -96,11 +93,11 @@ def expected_calls(iterations, retries=0):
 def test_invalid_updates_stop_at_t_iu():
     script = NoteScript(verdicts=[True, False])
     prediction, lm = run(script, t_iu=1, t_ci=5, t_rp=100, k=2)
-    (stop,) = steps(prediction, "stop")
-    assert stop == {"step": "stop", "reason": "t_iu", "invalid_updates": 1, "iterations": 2, "distinct_passages": 6}
-    assert prediction.stop_reason == "t_iu"
+    (stop,) = steps_of(prediction, Stop)
+    assert stop == Stop(reason=StopReason.T_IU, invalid_updates=1, iterations=2, distinct_passages=6).as_json()
+    assert prediction.stop_reason == StopReason.T_IU
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=2) == 8
-    assert [s["better"] for s in steps(prediction, "review")] == [True, False]
+    assert [s["better"] for s in steps_of(prediction, Review)] == [True, False]
     # N1 won and became the memory; N2 lost, so the answer is written from N1.
     assert script.calls["answer"] == [{"question": QUESTION, "note": "N1"}]
     assert prediction.note == "N1" and prediction.answer == "Lyon"
@@ -109,7 +106,7 @@ def test_invalid_updates_stop_at_t_iu():
 def test_a_losing_note_leaves_the_memory_unchanged():
     script = NoteScript(verdicts=[False, True, False])
     prediction, lm = run(script, t_iu=2, t_ci=5, t_rp=100, k=2)
-    assert prediction.stop_reason == "t_iu"
+    assert prediction.stop_reason == StopReason.T_IU
     assert [inputs["note"] for inputs in script.calls["query"]] == ["N0", "N0", "N2"]
     assert [inputs["note"] for inputs in script.calls["updated_note"]] == ["N0", "N0", "N2"]
     compared = [(c["best_note"], c["new_note"]) for c in script.calls["better"]]
@@ -121,8 +118,8 @@ def test_a_losing_note_leaves_the_memory_unchanged():
 def test_collection_iterations_stop_at_t_ci():
     script = NoteScript(verdicts=[True] * 10)
     prediction, lm = run(script, t_iu=1, t_ci=3, t_rp=100, k=2)
-    assert steps(prediction, "stop")[0]["reason"] == "t_ci"
-    assert steps(prediction, "stop")[0]["iterations"] == 3
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.T_CI
+    assert steps_of(prediction, Stop)[0]["iterations"] == 3
     assert len(script.calls["query"]) == len(script.calls["updated_note"]) == len(script.calls["better"]) == 3
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=3) == 11
     assert prediction.note == "N3"
@@ -131,8 +128,8 @@ def test_collection_iterations_stop_at_t_ci():
 def test_distinct_passages_stop_at_t_rp_with_the_paper_defaults():
     script = NoteScript(verdicts=[True] * 10)
     prediction, lm = run(script)  # k 5, T_RP 15: 5 passages from the question, 5 new per iteration
-    (stop,) = steps(prediction, "stop")
-    assert stop["reason"] == "t_rp" and stop["distinct_passages"] == 15 and stop["iterations"] == 2
+    (stop,) = steps_of(prediction, Stop)
+    assert stop["reason"] == StopReason.T_RP and stop["distinct_passages"] == 15 and stop["iterations"] == 2
     assert prediction.distinct_passages == 15 and prediction.retrieval_calls == 3
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=2) == 8
 
@@ -146,7 +143,7 @@ def test_passages_are_deduplicated_across_steps():
     }
     script = NoteScript(verdicts=[True, True, True])
     prediction, lm = run(script, paged_retriever(pages), t_iu=1, t_ci=3, t_rp=6, k=3)
-    notes = steps(prediction, "note")
+    notes = steps_of(prediction, Note)
     assert [(n["new_ids"], n["seen_ids"]) for n in notes] == [
         (["a", "b", "c"], []), (["d"], ["b", "a"]), ([], ["a", "b", "d"]), (["e", "f"], ["c"])
     ]
@@ -154,15 +151,15 @@ def test_passages_are_deduplicated_across_steps():
     assert [json.loads(c["passages"]) for c in script.calls["updated_note"]] == [
         ["[1] T d | text of d"], [], ["[1] T e | text of e", "[2] T f | text of f"]
     ]
-    (stop,) = steps(prediction, "stop")
-    assert stop["reason"] == "t_ci" and stop["distinct_passages"] == 6 == prediction.distinct_passages
-    assert [s["query"] for s in steps(prediction, "retrieve")] == [QUESTION, "q1", "q2", "q3"]
+    (stop,) = steps_of(prediction, Stop)
+    assert stop["reason"] == StopReason.T_CI and stop["distinct_passages"] == 6 == prediction.distinct_passages
+    assert [s["query"] for s in steps_of(prediction, Retrieve)] == [QUESTION, "q1", "q2", "q3"]
 
 
 def test_the_question_alone_can_stop_collection_before_any_iteration():
     script = NoteScript()
     prediction, lm = run(script, k=5, t_rp=5)
-    assert prediction.stop_reason == "t_rp" and lm.engine.count == prediction.lm_calls == expected_calls(0)
+    assert prediction.stop_reason == StopReason.T_RP and lm.engine.count == prediction.lm_calls == expected_calls(0)
 
 
 # --- repeated queries ------------------------------------------------------------------------------
@@ -172,14 +169,14 @@ def test_a_repeated_query_is_asked_again_once_telling_the_lm():
     queries = ["Zephyr kettle maker", "zephyr  KETTLE maker?", "Acme headquarters"]
     script = NoteScript(verdicts=[True] * 5, queries=queries)
     prediction, lm = run(script, t_iu=1, t_ci=2, t_rp=100, k=2)
-    assert prediction.stop_reason == "t_ci"
-    assert [(s["query"], s["repeated"]) for s in steps(prediction, "query")] == [
+    assert prediction.stop_reason == StopReason.T_CI
+    assert [(s["query"], s["repeated"]) for s in steps_of(prediction, Query)] == [
         ("Zephyr kettle maker", False), ("zephyr  KETTLE maker?", True), ("Acme headquarters", False)
     ]
     assert [(c["asked_queries"], c["rejected_query"]) for c in script.calls["query"]] == [
         ("[]", ""), ('["Zephyr kettle maker"]', ""), ('["Zephyr kettle maker"]', "zephyr  KETTLE maker?")
     ]
-    assert [s["query"] for s in steps(prediction, "retrieve")][1:] == ["Zephyr kettle maker", "Acme headquarters"]
+    assert [s["query"] for s in steps_of(prediction, Retrieve)][1:] == ["Zephyr kettle maker", "Acme headquarters"]
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=2, retries=1) == 9
 
 
@@ -187,9 +184,9 @@ def test_a_second_repeat_stops_the_loop():
     queries = ["Zephyr kettle maker", "Zephyr kettle maker", "zephyr kettle maker."]
     script = NoteScript(verdicts=[True] * 5, queries=queries)
     prediction, lm = run(script, t_iu=1, t_ci=3, t_rp=100, k=2)
-    (stop,) = steps(prediction, "stop")
-    assert stop["reason"] == "repeated_query" and stop["iterations"] == 1
-    assert [s["repeated"] for s in steps(prediction, "query")] == [False, True, True]
+    (stop,) = steps_of(prediction, Stop)
+    assert stop["reason"] == StopReason.REPEATED_QUERY and stop["iterations"] == 1
+    assert [s["repeated"] for s in steps_of(prediction, Query)] == [False, True, True]
     assert prediction.retrieval_calls == 2
     # one full iteration, then two query calls and no update or comparison
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=1, retries=1) + 1 == 7
@@ -206,15 +203,16 @@ def test_query_key_ignores_case_punctuation_and_spacing():
 def test_the_trace_records_queries_passages_notes_verdicts_and_the_stop_reason():
     script = NoteScript(verdicts=[True, False])
     prediction, _ = run(script, t_iu=1, t_ci=5, t_rp=100, k=2)
-    kinds = [step["step"] for step in prediction.trace]
-    assert kinds == ["retrieve", "note"] + ["query", "retrieve", "note", "review"] * 2 + ["stop", "answer"]
-    first_note = steps(prediction, "note")[0]
-    assert first_note == {"step": "note", "iteration": 0, "new_ids": [f"{QUESTION}#0", f"{QUESTION}#1"],
+    kinds = kinds_of(prediction)
+    assert kinds == [Retrieve, Note, *[Query, Retrieve, Note, Review] * 2, Stop,
+                     Answer]
+    first_note = steps_of(prediction, Note)[0]
+    assert first_note == {"step": Note.kind, "iteration": 0, "new_ids": [f"{QUESTION}#0", f"{QUESTION}#1"],
                           "seen_ids": [], "note": "N0"}
-    second = steps(prediction, "note")[2]
-    assert second == {"step": "note", "iteration": 2, "query": "q2", "new_ids": ["q2#0", "q2#1"], "seen_ids": [],
+    second = steps_of(prediction, Note)[2]
+    assert second == {"step": Note.kind, "iteration": 2, "query": "q2", "new_ids": ["q2#0", "q2#1"], "seen_ids": [],
                       "note": "N2"}
-    assert steps(prediction, "review")[1] == {"step": "review", "iteration": 2, "better": False}
+    assert steps_of(prediction, Review)[1] == {"step": Review.kind, "iteration": 2, "better": False}
     json.dumps(prediction.trace)
 
 
@@ -226,7 +224,7 @@ def test_the_verdict_probability_comes_from_log_probabilities(p_true):
 
     script = NoteScript(verdicts=[p_true >= 0.5, False], verdict_token=token)
     prediction, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5}, t_iu=1, t_ci=5, t_rp=100, k=2)
-    reviews = steps(prediction, "review")
+    reviews = steps_of(prediction, Review)
     assert reviews[0]["better"] is (p_true >= 0.5)
     assert reviews[0]["p_better"] == pytest.approx(p_true, abs=1e-4)
 
@@ -234,7 +232,7 @@ def test_the_verdict_probability_comes_from_log_probabilities(p_true):
 @pytest.mark.parametrize("lm_kwargs", [{}, {"logprobs": True}], ids=["none", "no-top-candidates"])
 def test_without_top_log_probabilities_the_verdict_is_recorded_alone(lm_kwargs):
     prediction, _ = run(NoteScript(verdicts=[False]), lm_kwargs=lm_kwargs, t_iu=1, k=2)
-    (review,) = steps(prediction, "review")
+    (review,) = steps_of(prediction, Review)
     assert "p_better" not in review and review["better"] is False
 
 
@@ -259,12 +257,12 @@ def test_the_answer_style_picks_the_generator(style, signature):
 def test_the_default_stops_collecting_at_t_rp():
     script = NoteScript(verdicts=[True] * 5)
     prediction, _ = run(script, k=3, t_rp=10, t_ci=5)
-    assert [len(n["new_ids"]) for n in steps(prediction, "note")] == [3, 3, 3, 1]  # the last retrieval cut to 1
-    (stop,) = steps(prediction, "stop")
-    assert stop["reason"] == "t_rp" and stop["distinct_passages"] == 10 == prediction.distinct_passages
+    assert [len(n["new_ids"]) for n in steps_of(prediction, Note)] == [3, 3, 3, 1]  # the last retrieval cut to 1
+    (stop,) = steps_of(prediction, Stop)
+    assert stop["reason"] == StopReason.T_RP and stop["distinct_passages"] == 10 == prediction.distinct_passages
     assert [len(json.loads(c["passages"])) for c in script.calls["updated_note"]] == [3, 3, 1]
-    assert steps(prediction, "note")[3]["seen_ids"] == []
-    last = steps(prediction, "retrieve")[-1]  # the two passages cut were never read, and do not count
+    assert steps_of(prediction, Note)[3]["seen_ids"] == []
+    last = steps_of(prediction, Retrieve)[-1]  # the two passages cut were never read, and do not count
     assert [p["id"] for p in last["passages"]] == ["q3#0"] and last["cut_ids"] == ["q3#1", "q3#2"]
 
 
@@ -274,7 +272,7 @@ def test_the_official_style_retrieves_once_per_iteration_with_two_questions_and_
                          t_ci=2)
     # At most two questions are kept, and one retrieval searches them and the question together.
     assert retriever.queries == [QUESTION, f"q1\nq2\n{QUESTION}", f"q4\nq5\n{QUESTION}"]
-    assert [s["query"] for s in steps(prediction, "note")[1:]] == ["q1 | q2", "q4 | q5"]
+    assert [s["query"] for s in steps_of(prediction, Note)[1:]] == ["q1 | q2", "q4 | q5"]
     assert prediction.retrieval_calls == 3
     assert lm.engine.count == prediction.lm_calls == expected_calls(iterations=2)
 
@@ -291,10 +289,10 @@ def test_the_official_update_reads_every_passage_retrieved_until_t_rp_is_near():
         ["[1] T b | text of b", "[2] T e | text of e", "[3] T f | text of f", "[4] T g | text of g"],
         ["[1] T h | text of h"],
     ]
-    notes = steps(prediction, "note")
+    notes = steps_of(prediction, Note)
     assert [(n["new_ids"], n["seen_ids"]) for n in notes[1:]] == [(["e", "f", "g"], ["b"]), (["h"], ["a"])]
-    (stop,) = steps(prediction, "stop")
-    assert stop["reason"] == "t_rp" and stop["distinct_passages"] == 8 == prediction.distinct_passages
+    (stop,) = steps_of(prediction, Stop)
+    assert stop["reason"] == StopReason.T_RP and stop["distinct_passages"] == 8 == prediction.distinct_passages
 
 
 def test_the_official_search_text_is_cut_to_500_characters():
@@ -393,13 +391,13 @@ def test_arag_eval_over_a_loopback_server_on_hotpotqa(shared_dataset, tmp_path, 
     rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["program"] == "adaptive-note" and summary["n"] == 2 and summary["n_failed"] == 0
-    distinct = [len({p["id"] for s in row["trace"] if s["step"] == "retrieve" for p in s["passages"]}) for row in rows]
+    distinct = [len({p["id"] for s in row["trace"] if is_step(s, Retrieve) for p in s["passages"]}) for row in rows]
     assert all(5 < d < 15 for d in distinct)  # some passages the new queries found were seen before
     assert summary["per_question"]["distinct_passages"] == pytest.approx(sum(distinct) / 2)
     assert '"distinct_passages"' in result.output
     for row in rows:
-        stop = next(s for s in row["trace"] if s["step"] == "stop")
-        assert stop["reason"] == "t_ci" and stop["iterations"] == 2
-        assert row["lm_calls"] == expected_calls(iterations=2) and row["outputs"]["stop_reason"] == "t_ci"
+        stop = next(s for s in row["trace"] if is_step(s, Stop))
+        assert stop["reason"] == StopReason.T_CI and stop["iterations"] == 2
+        assert row["lm_calls"] == expected_calls(iterations=2) and row["outputs"]["stop_reason"] == StopReason.T_CI
     assert server.engine.count == 2 * expected_calls(iterations=2)
     assert fair_top_k(tmp_path / "run") == math.floor(summary["per_question"]["distinct_passages"] + 0.5)

@@ -13,6 +13,7 @@ from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops
 from arag.optimizers.saving import load_program, save_program
 from arag.programs.frame.registry import build_program
 from arag.testing import Tokens, scripted_lm
+from arag.trace import Retrieve, Route, Unreadable, is_step, kinds_of
 
 from fakes import TemplateRetriever
 
@@ -50,7 +51,7 @@ def run(respond, question=QUESTION, **params):
 
 
 def route(prediction):
-    [step] = [step for step in prediction.trace if step["step"] == "route"]
+    [step] = [step for step in prediction.trace if is_step(step, Route)]
     return step
 
 
@@ -76,7 +77,7 @@ def test_passages_per_retrieval_default_to_the_official_flan_t5_setting_and_a_pr
     prediction, _, _ = run(responder("B"))
     assert prediction.distinct_passages == 15
     prediction, _, retriever = run(responder("C"), preset="official-gpt")
-    assert [s["k"] for s in prediction.trace if s["step"] == "retrieve"] == [3] * len(retriever.queries)
+    assert [s["k"] for s in prediction.trace if is_step(s, Retrieve)] == [3] * len(retriever.queries)
     assert build_program("adaptive-rag", TemplateRetriever(), preset="official-gpt").single_step.k == 6
     for bad in ({"ircot_k": 0}, {"ircot_k": 16}, {"k": 0}):
         with pytest.raises(ConfigError, match=f"parameter '{next(iter(bad))}'"):
@@ -92,7 +93,7 @@ def test_label_c_runs_ircot_exactly_as_ircot_alone():
     assert calls == 1 + alone_lm.engine.count
     assert retriever.queries == alone_retriever.queries
     assert prediction.answer == alone.answer
-    assert [s["step"] for s in prediction.trace][1:] == [s["step"] for s in alone.trace]
+    assert kinds_of(prediction)[1:] == kinds_of(alone)
 
 
 def test_the_route_records_each_labels_probability():
@@ -104,7 +105,7 @@ def test_the_route_records_each_labels_probability():
 def test_an_unreadable_label_routes_to_multi_step():
     prediction, _, _ = run(responder("D"))
     assert route(prediction)["label"] == "C"
-    [unreadable] = [s for s in prediction.trace if s["step"] == "unreadable"]
+    [unreadable] = [s for s in prediction.trace if is_step(s, Unreadable)]
     assert unreadable["signature"] == "ClassifyComplexity"
 
 

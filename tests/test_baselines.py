@@ -21,7 +21,21 @@ from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ARGUMENT_CHARS, ReActSearch
 from arag.programs.baselines.self_ask import WRITTEN_CHAINS, SelfAsk, chain_entry
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize
-from arag.trace import shown_probability
+from arag.trace import (
+    Act,
+    Answer,
+    FollowUp,
+    Observation,
+    Retrieve,
+    Sentence,
+    Stop,
+    StopReason,
+    Window,
+    is_step,
+    kinds_of,
+    shown_probability,
+    steps_of,
+)
 
 from fakes import FOUND_FOR, TemplateRetriever
 
@@ -53,10 +67,6 @@ def run(program_class, responder, **params):
     return prediction, lm.engine, retriever
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 # --- previous-window ---------------------------------------------------------------------------------
 
 
@@ -64,11 +74,11 @@ def steps(prediction, kind):
 def test_prev_window_retrieves_every_window_with_the_previous_window(prompt_style):
     prediction, engine, retriever = run(PreviousWindow, continue_text(LONG_ANSWER), window=4,
                                         prompt_style=prompt_style)
-    windows = [step["text"] for step in steps(prediction, "window")]
+    windows = [step["text"] for step in steps_of(prediction, Window)]
     assert windows[:3] == ["Shirley Temple played Corliss", "Archer in Kiss and", "Tell, in 1945."]
     assert " ".join(windows) == prediction.long_answer == LONG_ANSWER
     assert retriever.queries == [QUESTION, *windows[:-1]]
-    assert [step["retrieved"] for step in steps(prediction, "window")] == [False] + [True] * (len(windows) - 1)
+    assert [step["retrieved"] for step in steps_of(prediction, Window)] == [False] + [True] * (len(windows) - 1)
     assert engine.count == prediction.lm_calls == len(windows)
     assert prediction.answer == "Chief of Protocol"
 
@@ -81,7 +91,7 @@ def test_prev_window_replaces_the_passages_with_the_last_windows():
         return continue_text(LONG_ANSWER)(call)
 
     prediction, _, _ = run(PreviousWindow, responder, window=4)
-    windows = [step["text"] for step in steps(prediction, "window")]
+    windows = [step["text"] for step in steps_of(prediction, Window)]
     assert "found for: " + QUESTION in seen[0]
     for passages, previous in zip(seen[1:], windows[:-1], strict=True):
         assert "found for: " + previous in passages and "found for: " + QUESTION not in passages
@@ -107,11 +117,11 @@ def token_writer(text):
 
 
 @pytest.mark.parametrize("prompt_style", ["signature", "raw"])
-@pytest.mark.parametrize("program_class, kind, params", [(PreviousWindow, "window", {"window": 4}),
-                                                         (PreviousSentence, "sentence", {})])
+@pytest.mark.parametrize("program_class, kind, params", [(PreviousWindow, Window, {"window": 4}),
+                                                         (PreviousSentence, Sentence, {})])
 def test_each_piece_records_its_tokens_with_their_probabilities(program_class, kind, params, prompt_style):
     prediction, _, _ = run(program_class, token_writer(LONG_ANSWER), prompt_style=prompt_style, **params)
-    pieces = steps(prediction, kind)
+    pieces = steps_of(prediction, kind)
     assert len(pieces) > 2 and " ".join(step["text"] for step in pieces) == LONG_ANSWER
     for step in pieces:
         assert "".join(token for token, _ in step["tokens"]).strip() == step["text"]
@@ -132,11 +142,11 @@ def test_prev_sentence_retrieves_with_the_previous_sentence_and_accumulates_up_t
         return continue_text(plan)(call)
 
     prediction, engine, retriever = run(PreviousSentence, responder, k=2, max_passages=5)
-    written = [step["text"] for step in steps(prediction, "sentence")]
+    written = [step["text"] for step in steps_of(prediction, Sentence)]
     assert retriever.queries == [QUESTION, written[0], written[1]]  # then the cap of 5 passages is full
     assert seen == [2, 4, 5, 5, 5]
-    assert [step["retrieved"] for step in steps(prediction, "sentence")] == [False, True, True, False, False]
-    assert steps(prediction, "sentence")[3]["skipped"] == "the passage cap is reached"
+    assert [step["retrieved"] for step in steps_of(prediction, Sentence)] == [False, True, True, False, False]
+    assert steps_of(prediction, Sentence)[3]["skipped"] == "the passage cap is reached"
     assert engine.count == prediction.lm_calls == 5 and prediction.distinct_passages == 6
     assert prediction.answer == "Chief of Protocol"
 
@@ -179,7 +189,7 @@ def test_self_ask_retrieves_each_follow_up_then_answers_from_the_chain():
     finals = []
     prediction, engine, retriever = run(SelfAsk, self_asker(FOLLOW_UPS, finals))
     assert retriever.queries == FOLLOW_UPS
-    chain = [(s["question"], s["intermediate_answer"]) for s in steps(prediction, "follow_up")]
+    chain = [(s["question"], s["intermediate_answer"]) for s in steps_of(prediction, FollowUp)]
     assert chain == list(INTERMEDIATE.items())
     assert finals == [json.dumps([f"Follow up: {q} Intermediate answer: {a}" for q, a in INTERMEDIATE.items()])]
     assert engine.count == prediction.lm_calls == 3 + 2 + 1  # follow-up decisions, intermediate answers, answer
@@ -190,11 +200,11 @@ def test_self_ask_stops_at_the_cap_and_at_a_repeated_follow_up():
     many = [f"Which detail number {n} matters?" for n in range(6)]
     prediction, engine, retriever = run(SelfAsk, self_asker(many, []), max_follow_ups=2)
     assert retriever.queries == many[:2] and engine.count == 2 + 2 + 1
-    assert steps(prediction, "stop")[0]["reason"] == "the follow-up cap is reached"
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.FOLLOW_UP_CAP
 
     prediction, engine, retriever = run(SelfAsk, self_asker([FOLLOW_UPS[0], FOLLOW_UPS[0]], []))
     assert retriever.queries == FOLLOW_UPS[:1] and engine.count == 2 + 1 + 1
-    assert steps(prediction, "stop")[0]["reason"] == "a follow-up was asked again"
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.FOLLOW_UP_REPEATED
 
 
 def test_self_ask_shows_the_written_chains_as_demos_by_default():
@@ -266,9 +276,9 @@ def test_react_searches_through_the_retriever_and_answers():
     prompts = []
     prediction, engine, retriever = run(ReActSearch, react_agent(FOLLOW_UPS, prompts))
     assert retriever.queries == FOLLOW_UPS
-    assert [s["why"] for s in steps(prediction, "retrieve")] == ["react search"] * 2
+    assert [s["why"] for s in steps_of(prediction, Retrieve)] == ["react search"] * 2
     assert "Passage 0 found for: " + FOLLOW_UPS[0] in prompts[1]  # the tool's passages come back as an observation
-    assert [(s["tool"], s["args"]) for s in steps(prediction, "act")] == [
+    assert [(s["tool"], s["args"]) for s in steps_of(prediction, Act)] == [
         ("search", {"query": FOLLOW_UPS[0]}), ("search", {"query": FOLLOW_UPS[1]}), ("finish", {})]
     assert engine.count == prediction.lm_calls == 3 + 1  # three steps, then the answer is extracted
     assert prediction.answer == "Chief of Protocol"
@@ -326,8 +336,7 @@ def test_react_records_a_failed_tool_call_as_an_observation_and_counts_it():
     prompts = []
     calls = [("search", SCHEMA_SHAPED), ("search", {"query": FOLLOW_UPS[0]}), ("finish", {})]
     prediction, engine, retriever = run(ReActSearch, scripted_steps(calls, prompts))
-    assert [s["step"] for s in prediction.trace] == [
-        "act", "observation", "act", "retrieve", "observation", "act", "observation", "answer"]
+    assert kinds_of(prediction) == [Act, Observation, Act, Retrieve, Observation, Act, Observation, Answer]
     failed = prediction.trace[1]
     assert failed["tool"] == "search" and failed["error"].startswith("ValueError: Arg query is invalid")
     assert "observation" not in failed
@@ -341,14 +350,14 @@ def test_react_records_a_good_search_with_its_passages():
     calls = [("search", {"query": FOLLOW_UPS[0]}), ("finish", {})]
     prediction, _, _ = run(ReActSearch, scripted_steps(calls, []), k=2)
     act, retrieve, observation, finish, completed = prediction.trace[:5]
-    assert (act["step"], act["tool"], act["args"], act["thought"]) == (
-        "act", "search", {"query": FOLLOW_UPS[0]}, "Next: search.")
+    assert is_step(act, Act) and (act["tool"], act["args"], act["thought"]) == (
+        "search", {"query": FOLLOW_UPS[0]}, "Next: search.")
     assert retrieve["query"] == FOLLOW_UPS[0] and retrieve["why"] == "react search"
     assert [p["id"] for p in retrieve["passages"]] == [f"{FOLLOW_UPS[0]}#0", f"{FOLLOW_UPS[0]}#1"]
-    assert observation == {"step": "observation", "tool": "search", "observation": [
+    assert observation == {"step": Observation.kind, "tool": "search", "observation": [
         f"[1] About {FOLLOW_UPS[0]} | Passage 0 found for: {FOLLOW_UPS[0]}",
         f"[2] About {FOLLOW_UPS[0]} | Passage 1 found for: {FOLLOW_UPS[0]}"]}
-    assert (finish["tool"], completed) == ("finish", {"step": "observation", "tool": "finish",
+    assert (finish["tool"], completed) == ("finish", {"step": Observation.kind, "tool": "finish",
                                                       "observation": "Completed."})
     assert prediction.failed_tool_calls == 0
 
@@ -377,8 +386,8 @@ def hotpot_index(shared_dataset, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "program, kind, retrievals, lm_calls",
-    [("prev-window", "window", None, None), ("prev-sentence", "sentence", None, None),
-     ("self-ask", "follow_up", 2, 6), ("react", "act", 2, 4)],
+    [("prev-window", Window, None, None), ("prev-sentence", Sentence, None, None),
+     ("self-ask", FollowUp, 2, 6), ("react", Act, 2, 4)],
 )
 def test_arag_eval_runs_the_baselines_over_a_loopback_server(program, kind, retrievals, lm_calls, hotpot_index,
                                                               tmp_path):
@@ -394,12 +403,12 @@ def test_arag_eval_runs_the_baselines_over_a_loopback_server(program, kind, retr
     rows = [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and not any("error" in row for row in rows)
     for row in rows:
-        decisions = [step for step in row["trace"] if step["step"] == kind]
+        decisions = steps_of(row, kind)
         assert decisions and row["prediction"] == "unknown"
         expected = (retrievals, lm_calls)
-        if kind in ("window", "sentence"):
+        if kind in (Window, Sentence):
             assert decisions[0]["retrieved"] is False and all(step["retrieved"] for step in decisions[1:])
-            queries = [s["query"] for s in row["trace"] if s["step"] == "retrieve"][1:]
+            queries = [s["query"] for s in row["trace"] if is_step(s, Retrieve)][1:]
             assert queries == [step["text"] for step in decisions[:-1]]
             assert all("".join(t for t, _ in step["tokens"]).strip() == step["text"] for step in decisions)
             expected = (len(decisions), len(decisions))  # one retrieval and one LM call per piece

@@ -12,7 +12,7 @@ from arag.concurrency import DEFAULT_LM_CONCURRENCY, fan_out, lm_concurrency, se
 from arag.errors import ConfigError
 from arag.programs import build_program
 from arag.testing import Tokens, isolated_cache, scripted_lm
-from arag.trace import note, recording
+from arag.trace import Beam, note, recording
 
 from fakes import NUMBERED, TemplateRetriever
 
@@ -107,7 +107,7 @@ def test_the_limit_bounds_the_calls_in_flight_across_questions():
 def test_fan_out_keeps_item_order_in_results_and_trace_and_raises_the_first_failure():
     def work(item):
         time.sleep(0.05 * (3 - item))  # the last item finishes first
-        note("item", value=item)
+        note(Beam(depth=item, kept=[], finished=[]))
         if item in (1, 2):
             raise ValueError(f"item {item}")
         return item * 10
@@ -116,7 +116,7 @@ def test_fan_out_keeps_item_order_in_results_and_trace_and_raises_the_first_fail
         assert fan_out(lambda item: work(item) if item == 0 else item * 10, [0, 3, 4]) == [0, 30, 40]
         with pytest.raises(ValueError, match="item 1"):
             fan_out(work, [0, 1, 2])
-    assert [step["value"] for step in trace.steps] == [0, 0, 1, 2]
+    assert [step["depth"] for step in trace.steps] == [0, 0, 1, 2]
 
 
 def test_a_bad_limit_is_refused():

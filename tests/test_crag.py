@@ -18,6 +18,7 @@ from arag.programs.crag.evaluator import trigger
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import ScriptedEngine, Tokens, scripted_lm
+from arag.trace import Action, AnswerFromQuestion, Evaluate, Refine, Retrieve, Rewrite, Search, is_step, steps_of
 
 from fakes import FixedRetriever
 
@@ -53,10 +54,6 @@ def responder(call):
     return {"answer": "closed book"}
 
 
-def steps(prediction, name):
-    return [step for step in prediction.trace if step["step"] == name]
-
-
 @pytest.fixture
 def second_index(tmp_path):
     BM25Retriever.build(SECOND_INDEX, tmp_path / "second")
@@ -73,17 +70,17 @@ def run(lm=None, **params):
 def test_correct_refines_the_retrieved_passages_only():
     prediction, lm = run(strips_top_k=2)
     assert prediction.action == "correct"
-    (evaluate,) = steps(prediction, "evaluate")
+    (evaluate,) = steps_of(prediction, Evaluate)
     assert [s["score"] for s in evaluate["scores"]] == pytest.approx([0.8, 0.2, -0.8])
-    assert steps(prediction, "action")[0]["max_score"] == pytest.approx(0.8)
+    assert steps_of(prediction, Action)[0]["max_score"] == pytest.approx(0.8)
     # Strips: Eiffel's first three sentences (0.8), its fourth (Gustave: -0.4), the Louvre (0.2), Brie (-0.8).
-    (refine,) = steps(prediction, "refine")
+    (refine,) = steps_of(prediction, Refine)
     assert refine["strip_scores"] == pytest.approx([0.8, -0.4, 0.2, -0.8])
     assert prediction.knowledge == [
         "Eiffel Tower | The Eiffel Tower is in Paris. It was completed in 1889. It is made of iron.",
         "Louvre | The Louvre is a museum in Paris.",
     ]
-    assert not steps(prediction, "rewrite") and prediction.retrieval_calls == 1
+    assert not steps_of(prediction, Rewrite) and prediction.retrieval_calls == 1
     # Judge each passage, each new strip (the one-sentence passages' strips repeat their passage's
     # judgement and come from DSPy's cache), then answer.
     assert lm.engine.count == 3 + 2 + 1
@@ -100,12 +97,12 @@ def test_ambiguous_joins_refined_retrieval_and_searched_knowledge(second_index):
         "Louvre | The Louvre is a museum in Paris.",
         LIBERTY_STRIP,
     ]
-    (rewrite,) = steps(prediction, "rewrite")
+    (rewrite,) = steps_of(prediction, Rewrite)
     assert rewrite["query"] == "Gustave Eiffel, iron, frame"  # at most three keywords
-    search = steps(prediction, "retrieve")[1]
+    search = steps_of(prediction, Retrieve)[1]
     assert search["why"] == f"knowledge search ({second_index})" and search["query"] == rewrite["query"]
     assert [d["url"] for d in search["documents"]] == ["liberty"]
-    assert [r["source"] for r in steps(prediction, "refine")] == ["retrieved", second_index]
+    assert [r["source"] for r in steps_of(prediction, Refine)] == ["retrieved", second_index]
     keyword_call = next(call for call in lm.engine.calls if call.output_fields == ["keywords"])
     assert keyword_call.inputs == {"question": QUESTION}
     assert "Vienna Philharmonic" in keyword_call.prompt  # the few-shot demonstrations
@@ -116,7 +113,7 @@ def test_incorrect_discards_retrieval_and_answers_from_the_search(second_index):
     prediction, lm = run(upper=0.95, lower=0.9, web=second_index)
     assert prediction.action == "incorrect"
     assert prediction.knowledge == [LIBERTY_STRIP]
-    assert [r["source"] for r in steps(prediction, "refine")] == [second_index]
+    assert [r["source"] for r in steps_of(prediction, Refine)] == [second_index]
     assert prediction.answer == "Statue of Liberty"
     assert lm.engine.count == 3 + 1 + 1 + 1  # judge passages, rewrite, judge the one found strip, answer
 
@@ -124,17 +121,17 @@ def test_incorrect_discards_retrieval_and_answers_from_the_search(second_index):
 def test_incorrect_without_knowledge_search_answers_from_the_question_and_says_so():
     prediction, lm = run(upper=0.95, lower=0.9)
     assert prediction.action == "incorrect" and prediction.answer == "closed book" and prediction.knowledge == []
-    (search,) = steps(prediction, "search")
+    (search,) = steps_of(prediction, Search)
     assert search["skipped"] and "web=none" in search["reason"]
-    assert steps(prediction, "answer_from_question")[0]["reason"] == "no knowledge after the incorrect action"
-    assert not steps(prediction, "rewrite") and lm.engine.count == 3 + 1
+    assert steps_of(prediction, AnswerFromQuestion)[0]["reason"] == "no knowledge after the incorrect action"
+    assert not steps_of(prediction, Rewrite) and lm.engine.count == 3 + 1
     assert "knowledge" not in lm.engine.calls[-1].inputs
 
 
 def test_ambiguous_without_knowledge_search_keeps_the_retrieved_strips():
     prediction, _ = run(upper=0.9)
     assert prediction.action == "ambiguous" and len(prediction.knowledge) == 3
-    assert steps(prediction, "search")[0]["skipped"]
+    assert steps_of(prediction, Search)[0]["skipped"]
 
 
 def test_chain_of_thought_generator_reads_the_knowledge():
@@ -163,7 +160,7 @@ def test_lm_scorer_needs_logprobs_unless_the_fallback_is_chosen():
         run(lm=no_logprobs_lm())
     prediction, _ = run(lm=no_logprobs_lm(), label_fallback="true")
     # yes -> +1 (Eiffel, Louvre), no -> -1 (Brie)
-    assert [s["score"] for s in steps(prediction, "evaluate")[0]["scores"]] == [1.0, 1.0, -1.0]
+    assert [s["score"] for s in steps_of(prediction, Evaluate)[0]["scores"]] == [1.0, 1.0, -1.0]
     assert prediction.action == "correct"
 
 
@@ -171,7 +168,7 @@ def test_embedding_scorer_needs_no_lm_calls_to_judge():
     pytest.importorskip("sentence_transformers")
     lm = scripted_lm(responder)
     prediction, _ = run(lm=lm, scorer="embedding", upper=0.2, lower=-0.2)
-    scores = [s["score"] for s in steps(prediction, "evaluate")[0]["scores"]]
+    scores = [s["score"] for s in steps_of(prediction, Evaluate)[0]["scores"]]
     assert scores[0] == max(scores) and all(-1 <= s <= 1 for s in scores)
     assert prediction.action == trigger(scores, 0.2, -0.2)
     assert lm.engine.count == 1
@@ -269,12 +266,12 @@ def test_arag_eval_runs_crag_over_a_loopback_server_and_all_three_actions_occur(
     actions = []
     for i, example in enumerate(examples):
         row = rows[example.id]
-        trace = {step["step"]: step for step in row["trace"]}
-        scores = [s["score"] for s in trace["evaluate"]["scores"]]
-        action = trace["action"]["action"]
+        (evaluated,), (acted,) = steps_of(row, Evaluate), steps_of(row, Action)
+        scores = [s["score"] for s in evaluated["scores"]]
+        action = acted["action"]
         assert action == row["outputs"]["action"] == trigger(scores, 0.5, -0.9) == PROFILE_ACTION[i % 3]
-        searched = [s for s in row["trace"] if s["step"] == "retrieve" and s["why"].startswith("knowledge search")]
-        assert bool(searched) == (action != "correct") == ("rewrite" in trace)
+        searched = [s for s in row["trace"] if is_step(s, Retrieve) and s["why"].startswith("knowledge search")]
+        assert bool(searched) == (action != "correct") == bool(steps_of(row, Rewrite))
         if action == "incorrect":
             assert all(k.startswith("web: ") for k in row["outputs"]["knowledge"])
         actions.append(action)
@@ -299,14 +296,14 @@ def test_the_official_refinement_keeps_the_best_five_strips_of_a_search_in_score
     BM25Retriever.build(pages, tmp_path / "pages")
     prediction, _ = run(upper=0.95, lower=0.9, refinement="official", web=f"local:{tmp_path / 'pages'}", web_k=7)
     assert prediction.action == "incorrect"
-    (refine,) = steps(prediction, "refine")
+    (refine,) = steps_of(prediction, Refine)
     assert [kept["source"] for kept in refine["kept"]] == ["w1", "w3", "w2", "w4", "w0"]  # 5 of 7, best first
     assert [kept["score"] for kept in refine["kept"]] == pytest.approx([0.9, 0.8, 0.2, -0.4, -0.8])
 
 
 def test_the_official_refinement_keeps_the_best_three_documents_whole_in_score_order():
     prediction, _ = run(refinement="official")
-    (refine,) = steps(prediction, "refine")
+    (refine,) = steps_of(prediction, Refine)
     assert refine["mode"] == "passage" and refine["refinement"] == "official"
     # Whole passages, best first, the third kept although it scores below the paper's -0.5.
     assert [kept["source"] for kept in refine["kept"]] == ["eiffel", "louvre", "brie"]

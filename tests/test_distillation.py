@@ -15,6 +15,7 @@ from arag.optimizers.distillation import call_flaws, export_grounding, grounding
 from arag.programs.genground import GenGround
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import scripted_lm
+from arag.trace import Answer, Ground, Retrieve, is_step
 
 from fakes import TemplateRetriever
 
@@ -64,7 +65,7 @@ def test_each_grounding_call_becomes_the_exact_prompt_and_answer(tmp_path, reaso
     # The prompt a student model is trained on is the one the grounding step sends.
     assert [e["messages"][0]["content"] + "\n\n" + e["messages"][1]["content"] for e in examples] == sent
     traced = [step for row in read_jsonl(tmp_path / "run" / "predictions.jsonl") for step in row["trace"]
-              if step["step"] == "ground"]
+              if is_step(step, Ground)]
     signature = dspy.ChainOfThought(GroundAnswer).predict.signature if reasoning == "cot" else GroundAnswer
     for example, step in zip(examples, traced):
         assert SchemaAdapter().parse(signature, example["messages"][2]["content"]) == step["outputs"]
@@ -113,7 +114,7 @@ def test_failed_rows_are_skipped_and_a_resumed_example_counts_once(tmp_path):
 def test_a_run_without_grounding_calls_is_refused(tmp_path):
     predictions = tmp_path / "predictions.jsonl"
     row = {"id": "q", "question": "?", "answers": ["a"], "prediction": "a", "metrics": {"em": 1.0},
-           "trace": [{"step": "retrieve", "query": "?"}, {"step": "answer", "answer": "a"}]}
+           "trace": [{"step": Retrieve.kind, "query": "?"}, {"step": Answer.kind, "answer": "a"}]}
     predictions.write_text(json.dumps(row) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match="holds no grounding calls"):
         export_grounding(predictions, tmp_path / "train.jsonl")
@@ -121,7 +122,7 @@ def test_a_run_without_grounding_calls_is_refused(tmp_path):
     with pytest.raises(DataError, match="file not found"):
         export_grounding(tmp_path / "absent", tmp_path / "train.jsonl")
     with pytest.raises(DataError, match="without its outputs"):
-        grounding_messages({"step": "ground", "inputs": {}})
+        grounding_messages({"step": Ground.kind, "inputs": {}})
 
 
 def export_keys(tmp_path, **options):
@@ -136,7 +137,7 @@ def edit_calls(tmp_path, edit):
     rows = read_jsonl(predictions)
     for row in rows:
         for step in row["trace"]:
-            if step["step"] == "ground":
+            if is_step(step, Ground):
                 edit(row["id"], step)
     predictions.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return rows
@@ -213,7 +214,7 @@ def test_badly_formed_outputs_are_dropped(tmp_path):
     assert export_keys(tmp_path, paper_filters=True) == []
     rows = read_jsonl(tmp_path / "run" / "predictions.jsonl")
     flaws = [call_flaws(step, row, row["metrics"]["em"] == 1.0) for row in rows for step in row["trace"]
-             if step["step"] == "ground"]
+             if is_step(step, Ground)]
     # A blank revised answer leaves the candidate standing, as GenGround does: unrevised.
     assert flaws == [["malformed", "no evidence", "unrevised"], ["malformed", "no evidence"],
                      ["malformed", "no evidence"], ["malformed", "unrevised"]]
@@ -228,7 +229,7 @@ def test_revised_wrongly_follows_the_metric_and_judges_only_the_last_hop(tmp_pat
     assert export_keys(tmp_path, drop_revised_wrongly=True) == [("right", 1), ("right", 2), ("wrong", 1), ("wrong", 2)]
     assert export_keys(tmp_path, drop_revised_wrongly=True, metric="em") == [("right", 1), ("right", 2), ("wrong", 1)]
 
-    (wrong_call,) = [step for step in rows[1]["trace"] if step["step"] == "ground" and step["batch"] == 2]
+    (wrong_call,) = [step for step in rows[1]["trace"] if is_step(step, Ground) and step["batch"] == 2]
     later_hop = {**wrong_call, "hop": 2, "inputs": {**wrong_call["inputs"], "candidate_answer": "Lyon"}}
     two_hops = {**rows[1], "trace": [*rows[1]["trace"], later_hop]}
     # "Paris" is still the final answer, but a later hop was grounded: the first hop's call is not judged.

@@ -29,7 +29,7 @@ from arag.retrievers import (
 from arag.retrievers.base import passages_from
 from arag.retrievers.dense import load_sentence_model
 from arag.testing import isolated_cache, scripted_lm
-from arag.trace import recording
+from arag.trace import Retrieve, is_step, recording
 
 PASSAGES = [
     Passage("0", "Lighthouse", "A lighthouse guides ships at night with a rotating beam of light."),
@@ -74,7 +74,7 @@ def run_program(retriever, question, *, name="single-rag", k=3):
 
 
 def retrieved(prediction):
-    return [step["passages"] for step in prediction.trace if step["step"] == "retrieve"]
+    return [step["passages"] for step in prediction.trace if is_step(step, Retrieve)]
 
 
 @pytest.mark.parametrize("post", [False, True])

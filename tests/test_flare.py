@@ -22,6 +22,7 @@ from arag.programs.frame.active_generation import MARKUP_TOKENS
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm, tokenize
+from arag.trace import Sentence, Stop, StopReason, Write, is_step
 
 from fakes import FOUND_FOR, TemplateRetriever
 
@@ -69,7 +70,7 @@ def run_flare(responder, retriever=None, **params):
 
 
 def sentences(prediction):
-    return [step for step in prediction.trace if step["step"] == "sentence"]
+    return [step for step in prediction.trace if is_step(step, Sentence)]
 
 
 # --- when to retrieve ----------------------------------------------------------------------------
@@ -268,7 +269,7 @@ def test_the_answer_ends_when_the_model_ends_it():
     plan = [("Biden studied history.", 0.9), ("He later studied law.", 0.9)]  # long form: no "so the answer is"
     prediction, engine, _ = run_flare(plan_responder(plan))
     assert engine.count == 3  # the third look-ahead comes back empty
-    assert prediction.trace[-2] == {"step": "stop", "reason": "the model ended its answer", "pieces": 2,
+    assert prediction.trace[-2] == {"step": Stop.kind, "reason": StopReason.MODEL_ENDED, "pieces": 2,
                                     "tokens": 9}
     assert prediction.long_answer == "Biden studied history. He later studied law."
     assert prediction.answer == "Biden studied history. He later studied law"  # no "so the answer is": all of it
@@ -278,7 +279,7 @@ def test_the_answer_ends_when_the_token_budget_is_spent():
     plan = [(f"Fact number {n} holds.", 0.9) for n in range(10)]
     prediction, engine, _ = run_flare(plan_responder(plan), max_tokens=12)
     assert engine.count == 3 and len(sentences(prediction)) == 3  # 5 tokens a sentence
-    assert prediction.trace[-2]["reason"] == "the token budget is spent"
+    assert prediction.trace[-2]["reason"] == StopReason.TOKEN_BUDGET
 
 
 def test_an_endpoint_without_logprobs_gets_a_clear_error():
@@ -368,7 +369,7 @@ def test_instruct_stops_at_the_search_marker_retrieves_and_continues():
     assert [inputs["searches_left"] for inputs in seen] == ["3", "2"]
     assert prediction.long_answer == "Biden went to the University of Delaware. So the answer is Delaware."
     assert prediction.answer == "Delaware"
-    writes = [step for step in prediction.trace if step["step"] == "write"]
+    writes = [step for step in prediction.trace if is_step(step, Write)]
     assert [(w["text"], w["search"]) for w in writes] == [("Biden went to", "Joe Biden university"),
                                                          ("the University of Delaware. So the answer is Delaware.",
                                                           None)]
@@ -386,7 +387,7 @@ def test_instruct_writes_on_without_searching_once_the_cap_is_reached():
     prediction, engine, retriever = run_instruct(respond, max_searches=2)
     assert retriever.queries == [QUESTION, "Biden college", "Biden college again"]  # no third search
     assert [inputs["searches_left"] for inputs in seen] == ["2", "1", "0", "0"] and engine.count == 4
-    assert prediction.trace[-2] == {"step": "stop", "reason": "the model ended its answer", "searches": 2}
+    assert prediction.trace[-2] == {"step": Stop.kind, "reason": StopReason.MODEL_ENDED, "searches": 2}
     assert prediction.long_answer == "He went to and and Delaware. So the answer is Delaware."
     assert prediction.answer == "Delaware"
 
@@ -397,7 +398,7 @@ def test_instruct_stops_a_model_that_keeps_searching_past_the_cap():
     prediction, engine, retriever = run_instruct(responder, max_searches=1)
     assert retriever.queries == [QUESTION, "Biden college"]
     assert engine.count == 2 + WRITES_PAST_THE_CAP
-    assert prediction.trace[-2]["reason"] == "the model kept searching past the cap"
+    assert prediction.trace[-2]["reason"] == StopReason.SEARCH_CAP
 
 
 def test_split_at_search_drops_whatever_follows_the_marker():
@@ -506,7 +507,7 @@ def test_arag_eval_runs_flare_over_a_loopback_server(hotpot, tmp_path, monkeypat
         chat = [r["body"] for r in server.requests if r["path"].endswith("/chat/completions")]
     assert chat and all(body["logprobs"] is True for body in chat)
     for row in rows:
-        steps = [s for s in row["trace"] if s["step"] == "sentence"]
+        steps = [s for s in row["trace"] if is_step(s, Sentence)]
         assert len(steps) == 4 and row["prediction"] == "unknown"
         assert [s["retrieved"] for s in steps] == [s["min_prob"] <= 0.6 for s in steps]
         assert all(spelled(s["lookahead_tokens"]) == s["lookahead"] for s in steps)  # read from the server's logprobs
@@ -514,7 +515,7 @@ def test_arag_eval_runs_flare_over_a_loopback_server(hotpot, tmp_path, monkeypat
         assert row["retrieval_calls"] == 1 + sum(s["retrieved"] for s in steps)
         assert row["lm_calls"] == 4 + sum(s["retrieved"] for s in steps)
         assert row["outputs"]["long_answer"].endswith("So the answer is unknown.")
-    assert {s["retrieved"] for row in rows for s in row["trace"] if s["step"] == "sentence"} == {True, False}
+    assert {s["retrieved"] for row in rows for s in row["trace"] if is_step(s, Sentence)} == {True, False}
 
 
 def test_arag_eval_runs_flare_instruct_over_a_loopback_server(hotpot, tmp_path, monkeypatch):
@@ -529,7 +530,7 @@ def test_arag_eval_runs_flare_instruct_over_a_loopback_server(hotpot, tmp_path, 
     with OpenAICompatibleServer(searcher) as server:
         rows = run_eval("flare-instruct", folder, index, tmp_path / "instruct", server)
     for row in rows:
-        writes = [s for s in row["trace"] if s["step"] == "write"]
+        writes = [s for s in row["trace"] if is_step(s, Write)]
         assert [w["search"] is not None for w in writes] == [True, False]
         assert row["retrieval_calls"] == 2 and row["lm_calls"] == 2 and row["prediction"] == "unknown"
 

@@ -14,6 +14,7 @@ from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
 from arag.testing import OpenAICompatibleServer, scripted_lm
+from arag.trace import Answer, Deduce, Ground, Hop, Retrieve, Stop, StopReason, is_step, kinds_of, steps_of
 
 from fakes import TemplateRetriever
 
@@ -60,10 +61,6 @@ def run(program_or_params, respond, question="Which city?", **lm_kwargs):
     return prediction, lm
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 def grounding_calls(lm, hop):
     return [c for c in lm.engine.calls
             if "evidence" in c.output_fields and c.inputs["sub_question"] == f"sub-question {hop}"]
@@ -102,10 +99,10 @@ def test_grounding_calls_per_hop_are_the_batches_until_the_first_evidence(k, b, 
     assert len(grounding_calls(lm, 1)) == calls
     expected_batches = [[f"sub-question 1 #{r}" for r in range(start, min(start + b, k + 1))]
                         for start in range(1, k + 1, b)][:calls]
-    (hop,) = steps(prediction, "hop")
+    (hop,) = steps_of(prediction, Hop)
     assert hop["batches"] == expected_batches
-    assert [step["passage_ids"] for step in steps(prediction, "ground")] == expected_batches
-    found = [step["evidence_found"] for step in steps(prediction, "ground")]
+    assert [step["passage_ids"] for step in steps_of(prediction, Ground)] == expected_batches
+    found = [step["evidence_found"] for step in steps_of(prediction, Ground)]
     assert found == [False] * (calls - 1) + [rank is not None]
     assert lm.engine.count == prediction.lm_calls == 2 + calls
     assert prediction.retrieval_calls == 1 and prediction.distinct_passages == k
@@ -115,12 +112,12 @@ def test_each_hop_grounds_its_own_sub_question_and_the_history_carries_the_groun
     ranks = {1: 5, 2: None, 3: 2}
     prediction, lm = run({}, responder(finish_after=3, evidence_rank=ranks.get))
     assert [len(grounding_calls(lm, hop)) for hop in (1, 2, 3)] == [2, 4, 1]
-    assert [(h["sub_question"], h["deduced_answer"], h["answer"], h["revised"]) for h in steps(prediction, "hop")] == [
+    assert [(h["sub_question"], h["deduced_answer"], h["answer"], h["revised"]) for h in steps_of(prediction, Hop)] == [
         ("sub-question 1", "guess 1", "checked 1", True),
         ("sub-question 2", "guess 2", "guess 2", False),
         ("sub-question 3", "guess 3", "checked 3", True),
     ]
-    assert [h["evidence"] for h in steps(prediction, "hop")] == [
+    assert [h["evidence"] for h in steps_of(prediction, Hop)] == [
         ["[2] Doc 5 | Passage 5 on sub-question 1."], [], ["[2] Doc 2 | Passage 2 on sub-question 3."]
     ]
     last_deduction = [c for c in lm.engine.calls if "finished" in c.output_fields][-1]
@@ -131,15 +128,16 @@ def test_each_hop_grounds_its_own_sub_question_and_the_history_carries_the_groun
         {"sub_question": "sub-question 3", "answer": "checked 3",
          "evidence": ["[2] Doc 2 | Passage 2 on sub-question 3."]},
     ]
-    assert [s["query"] for s in steps(prediction, "retrieve")] == ["sub-question 1", "sub-question 2", "sub-question 3"]
+    queries = [s["query"] for s in steps_of(prediction, Retrieve)]
+    assert queries == ["sub-question 1", "sub-question 2", "sub-question 3"]
     assert prediction.answer == "Paris"
 
 
 def test_a_hop_without_evidence_keeps_the_deduced_answer_whatever_the_grounding_call_states():
     prediction, lm = run({"k": 6}, responder(finish_after=1, evidence_rank=None, stated_revision="overridden"))
-    (hop,) = steps(prediction, "hop")
+    (hop,) = steps_of(prediction, Hop)
     assert len(hop["batches"]) == 2
-    assert all(s["outputs"]["revised_answer"] == "overridden 1" for s in steps(prediction, "ground"))
+    assert all(s["outputs"]["revised_answer"] == "overridden 1" for s in steps_of(prediction, Ground))
     assert (hop["answer"], hop["evidence"], hop["revised"]) == ("guess 1", [], False)
     assert prediction.hops == [{"sub_question": "sub-question 1", "answer": "guess 1", "evidence": []}]
 
@@ -151,7 +149,7 @@ def test_the_papers_empty_marker_counts_as_no_evidence():
 
 def test_the_trace_records_each_grounding_calls_inputs_and_outputs():
     prediction, lm = run({"k": 3}, responder(finish_after=1, evidence_rank=lambda hop: 2))
-    (ground,) = steps(prediction, "ground")
+    (ground,) = steps_of(prediction, Ground)
     assert ground["inputs"] == {
         "question": "Which city?", "sub_question": "sub-question 1", "candidate_answer": "guess 1",
         "passages": [f"[{r}] Doc {r} | Passage {r} on sub-question 1." for r in (1, 2, 3)],
@@ -168,9 +166,9 @@ def test_a_final_answer_ends_the_loop():
     (deduce_calls, ground_calls) = (sum("finished" in c.output_fields for c in lm.engine.calls),
                                     sum("evidence" in c.output_fields for c in lm.engine.calls))
     assert (deduce_calls, ground_calls, lm.engine.count) == (3, 2, 5)
-    assert steps(prediction, "stop") == [{"step": "stop", "reason": "final answer", "hops": 2}]
-    assert steps(prediction, "answer")[0]["answer"] == prediction.answer == "Paris"
-    assert prediction.trace[-1]["step"] == "answer"
+    assert steps_of(prediction, Stop) == [{"step": Stop.kind, "reason": StopReason.DEDUCED, "hops": 2}]
+    assert steps_of(prediction, Answer)[0]["answer"] == prediction.answer == "Paris"
+    assert is_step(prediction.trace[-1], Answer)
 
 
 @pytest.mark.parametrize("max_hops", [7, 2])
@@ -181,7 +179,7 @@ def test_the_hop_budget_ends_a_model_that_never_finishes(max_hops):
     assert kinds.count((True, False)) == max_hops  # deductions
     assert kinds.count((False, True)) == max_hops  # one grounding call per hop: evidence in the first batch
     assert kinds[-1] == (False, False) and lm.engine.count == 2 * max_hops + 1  # one closing answer
-    assert steps(prediction, "stop") == [{"step": "stop", "reason": "hop budget", "hops": max_hops}]
+    assert steps_of(prediction, Stop) == [{"step": Stop.kind, "reason": StopReason.HOP_BUDGET, "hops": max_hops}]
     assert prediction.answer == "Lyon" and len(prediction.hops) == max_hops
     closing = lm.engine.calls[-1]
     assert len(json.loads(closing.inputs["history"])) == max_hops
@@ -197,7 +195,7 @@ def test_yes_no_final_answers_are_normalised(stated, expected, closing_calls):
                          responder(finish_after=1, final=stated, evidence_rank=lambda hop: 1, concluded="no"))
     assert prediction.answer == expected
     assert lm.engine.count == 2 + 1 + closing_calls
-    answer_step = steps(prediction, "answer")[0]
+    answer_step = steps_of(prediction, Answer)[0]
     assert answer_step["answer"] == expected
 
 
@@ -207,7 +205,7 @@ def test_yes_no_closing_answer_is_typed():
         run(program, responder(finish_after=None, concluded="perhaps"))
     assert isinstance(failure.value.cause, AdapterParseError)
     prediction, _ = run(program, responder(finish_after=None, concluded="yes"), question="Is it?")
-    assert prediction.answer == "yes" and steps(prediction, "stop")[0]["reason"] == "hop budget"
+    assert prediction.answer == "yes" and steps_of(prediction, Stop)[0]["reason"] == StopReason.HOP_BUDGET
 
 
 def test_yes_no_label():
@@ -260,8 +258,8 @@ def test_arag_eval_runs_genground_over_a_loopback_server(dataset, params, metric
     assert len(rows) == 2 and not any("error" in row for row in rows)
     assert sum(row["lm_calls"] for row in rows) == len(server.requests) == 2 * 3
     for row in rows:
-        kinds = [step["step"] for step in row["trace"]]
-        assert kinds == ["deduce", "retrieve", "ground", "hop", "deduce", "stop", "answer"]
+        kinds = kinds_of(row)
+        assert kinds == [Deduce, Retrieve, Ground, Hop, Deduce, Stop, Answer]
         retrieve, ground, hop = row["trace"][1:4]
         assert retrieve["query"] == row["question"] and retrieve["k"] == 10
         assert ground["passage_ids"] == [p["id"] for p in retrieve["passages"][:3]]
@@ -285,4 +283,4 @@ def test_a_deduction_without_a_sub_question_ends_with_its_answer_and_retrieves_n
     retriever = TemplateRetriever()
     prediction, _ = run(GenGround(retriever, k=3), respond)
     assert retriever.queries == [] and prediction.answer == "Paris"
-    assert steps(prediction, "stop")[0]["reason"] == "no sub-question"
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.NO_SUB_QUESTION

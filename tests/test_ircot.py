@@ -13,6 +13,7 @@ from arag.programs.baselines.multi_time import PreviousSentence
 from arag.programs.frame.registry import get_program
 from arag.programs.ircot import IRCoT
 from arag.testing import scripted_lm
+from arag.trace import Answer, Read, Retrieve, Sentence, Stop, StopReason, kinds_of, steps_of
 
 from fakes import FOUND_FOR, FixedRetriever, TemplateRetriever
 
@@ -53,12 +54,8 @@ def run(program_class, sentences, **params):
     return prediction, writer, lm.engine, retriever
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 def stop_reason(prediction):
-    return steps(prediction, "stop")[-1]["reason"]
+    return steps_of(prediction, Stop)[-1]["reason"]
 
 
 def found(query, ranks):
@@ -68,13 +65,13 @@ def found(query, ranks):
 @pytest.mark.parametrize("prompt_style", ["signature", "raw"])
 def test_each_sentence_is_the_next_query_and_k_passages_a_step_accumulate_up_to_the_cap(prompt_style):
     prediction, writer, engine, retriever = run(IRCoT, CHAIN, k=4, max_passages=10, prompt_style=prompt_style)
-    written = [step["text"] for step in steps(prediction, "sentence")]
+    written = [step["text"] for step in steps_of(prediction, Sentence)]
     assert written == CHAIN and prediction.long_answer == " ".join(CHAIN)
     assert retriever.queries == [QUESTION, CHAIN[0], CHAIN[1]]  # 4 + 4 + 2 of 4: the cap of 10 is full
     assert [draft.count("found for:") for draft in writer.drafts] == [4, 8, 10, 10, 10]
-    assert [step["retrieved"] for step in steps(prediction, "sentence")] == [False, True, True, False, False]
-    assert [step.get("skipped") for step in steps(prediction, "sentence")][3:] == ["the passage cap is reached"] * 2
-    assert stop_reason(prediction) == 'the sentence says "answer is"'
+    assert [step["retrieved"] for step in steps_of(prediction, Sentence)] == [False, True, True, False, False]
+    assert [step.get("skipped") for step in steps_of(prediction, Sentence)][3:] == ["the passage cap is reached"] * 2
+    assert stop_reason(prediction) == StopReason.ANSWER_IS
 
     # one reader call, after the chain, over every passage held and none beyond the cap
     assert len(writer.readers) == 1
@@ -82,10 +79,10 @@ def test_each_sentence_is_the_next_query_and_k_passages_a_step_accumulate_up_to_
     held = found(QUESTION, range(4)) + found(CHAIN[0], range(4)) + found(CHAIN[1], range(2))
     assert all(text in shown for text in held) and shown.count("found for:") == 10
     assert found(CHAIN[1], [2])[0] not in shown
-    assert steps(prediction, "read")[0]["passage_ids"] == [
+    assert steps_of(prediction, Read)[0]["passage_ids"] == [
         f"{query}#{rank}" for query, ranks in [(QUESTION, range(4)), (CHAIN[0], range(4)), (CHAIN[1], range(2))]
         for rank in ranks]
-    assert [step["step"] for step in prediction.trace][-3:] == ["stop", "read", "answer"]
+    assert kinds_of(prediction)[-3:] == [Stop, Read, Answer]
     assert prediction.answer == READ  # the reader's, not the chain's "Shirley Temple"
     assert engine.count == prediction.lm_calls == len(CHAIN) + 1
 
@@ -94,17 +91,17 @@ def test_a_sentence_that_says_answer_is_anywhere_ends_the_chain():
     chain = ["Corliss Archer was played by Shirley Temple.",
              "Her answer is Chief of Protocol, a post she held from 1976.", "She also served as an ambassador."]
     prediction, writer, engine, retriever = run(IRCoT, chain)
-    assert [step["text"] for step in steps(prediction, "sentence")] == chain[:2]
+    assert [step["text"] for step in steps_of(prediction, Sentence)] == chain[:2]
     assert retriever.queries == [QUESTION, chain[0]]
-    assert engine.count == 2 + 1 and stop_reason(prediction) == 'the sentence says "answer is"'
+    assert engine.count == 2 + 1 and stop_reason(prediction) == StopReason.ANSWER_IS
 
     # prev-sentence's rule waits for a final "So the answer is X." sentence: all three, then the empty draft
     prediction, writer, engine, retriever = run(PreviousSentence, chain)
-    assert len(steps(prediction, "sentence")) == 3 and stop_reason(prediction) == "the model ended its answer"
+    assert len(steps_of(prediction, Sentence)) == 3 and stop_reason(prediction) == StopReason.MODEL_ENDED
     assert engine.count == 3 + 1 and not writer.readers
 
     prediction, writer, engine, _ = run(IRCoT, chain, stop_rule="final-answer")
-    assert len(steps(prediction, "sentence")) == 3 and engine.count == 3 + 1 + 1 and len(writer.readers) == 1
+    assert len(steps_of(prediction, Sentence)) == 3 and engine.count == 3 + 1 + 1 and len(writer.readers) == 1
 
 
 @pytest.mark.parametrize("max_steps", [3, None])
@@ -114,16 +111,16 @@ def test_the_chain_stops_at_the_step_limit_without_retrieving_for_the_last_sente
     prediction, writer, engine, retriever = run(IRCoT, endless, k=2, **params)
     limit = max_steps or 8
     assert IRCoT(TemplateRetriever(FOUND_FOR), **params).max_steps == limit
-    assert [step["text"] for step in steps(prediction, "sentence")] == endless[:limit]
+    assert [step["text"] for step in steps_of(prediction, Sentence)] == endless[:limit]
     assert retriever.queries == [QUESTION, *endless[: limit - 1]]
-    assert stop_reason(prediction) == "the step limit is reached"
+    assert stop_reason(prediction) == StopReason.STEP_LIMIT
     assert engine.count == prediction.lm_calls == limit + 1 and len(writer.readers) == 1
 
 
 def test_a_chain_the_model_ends_costs_its_empty_draft_then_the_reader_answers():
     prediction, writer, engine, retriever = run(IRCoT, CHAIN[:2])
-    assert [step["text"] for step in steps(prediction, "sentence")] == CHAIN[:2]
-    assert stop_reason(prediction) == "the model ended its answer"
+    assert [step["text"] for step in steps_of(prediction, Sentence)] == CHAIN[:2]
+    assert stop_reason(prediction) == StopReason.MODEL_ENDED
     assert retriever.queries == [QUESTION, CHAIN[0], CHAIN[1]]  # the empty draft was written after CHAIN[1]'s
     assert engine.count == prediction.lm_calls == 2 + 1 + 1
     assert prediction.answer == READ
@@ -133,13 +130,13 @@ def test_a_chain_the_model_ends_costs_its_empty_draft_then_the_reader_answers():
 def test_the_reader_reasons_first_answers_directly_or_is_left_out(reader, fields):
     prediction, writer, engine, _ = run(IRCoT, CHAIN, reader=reader)
     if fields is None:
-        assert not writer.readers and not steps(prediction, "read")
+        assert not writer.readers and not steps_of(prediction, Read)
         assert prediction.answer == "Shirley Temple" and engine.count == len(CHAIN)
     else:
         assert [call.output_fields for call in writer.readers] == [fields]
         assert prediction.answer == READ and engine.count == len(CHAIN) + 1
-        assert steps(prediction, "read")[0]["reader"] == reader
-    assert [step["answer"] for step in steps(prediction, "answer")] == [prediction.answer]
+        assert steps_of(prediction, Read)[0]["reader"] == reader
+    assert [step["answer"] for step in steps_of(prediction, Answer)] == [prediction.answer]
 
 
 def test_prev_sentence_is_ircot_with_other_settings():
@@ -183,7 +180,7 @@ def test_each_paragraph_is_read_cut_to_its_first_350_words_as_the_official_code_
     expected = ["[1] Long | " + " ".join(f"w{i}" for i in range(shown))]
     assert json.loads(writer.drafts[0]) == expected  # the chain's draft
     assert json.loads(writer.readers[0].inputs["passages"]) == expected  # the reader
-    assert steps(prediction, "retrieve")[0]["passages"][0]["id"] == "long"
+    assert steps_of(prediction, Retrieve)[0]["passages"][0]["id"] == "long"
 
 
 @pytest.mark.parametrize("params, name", [

@@ -10,6 +10,7 @@ from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.iter_retgen import IterRetGen, generation_text, retrieval_query
 from arag.testing import GARBAGE_TEXT, scripted_lm
+from arag.trace import Answer, Generate, Retrieve, kinds_of, steps_of
 
 from fakes import FOUND_FOR, TemplateRetriever
 
@@ -44,10 +45,6 @@ def run(retriever=None, script=None, **params):
     return prediction, lm, retriever
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 # --- parameters ---------------------------------------------------------------------------------
 
 
@@ -62,7 +59,7 @@ def test_defaults_and_the_tuned_parameter():
 
 def test_each_iteration_reads_the_top_5_paragraphs_of_the_papers_section_4_4():
     prediction, lm, _ = run()
-    assert [step["k"] for step in steps(prediction, "retrieve")] == [5, 5]
+    assert [step["k"] for step in steps_of(prediction, Retrieve)] == [5, 5]
     assert [len(json.loads(call.inputs["passages"])) for call in lm.engine.calls] == [5, 5]
     declared = {p.name: p for p in get_program("iter-retgen").params}
     assert "4.4" in declared["k"].help and "4.4" in IterRetGen.follows
@@ -95,14 +92,14 @@ def test_three_iterations_retrieve_with_the_previous_generation_then_the_questio
         assert json.loads(call.inputs["passages"]) == [f"[{r + 1}] About {query} | Passage {r} found for: {query}"
                                                        for r in range(2)]
         assert call.inputs["question"] == QUESTION
-    generations = steps(prediction, "generate")
+    generations = steps_of(prediction, Generate)
     assert [g["iteration"] for g in generations] == [1, 2, 3]
     assert [g["query"] for g in generations] == retriever.queries
     assert [g["answer"] for g in generations] == ["answer 1", "answer 2", "answer 3"]
     assert [g["passage_ids"] for g in generations] == [[f"{q}#0", f"{q}#1"] for q in retriever.queries]
-    assert prediction.answer == "answer 3" and steps(prediction, "answer")[0]["answer"] == "answer 3"
-    assert [s["why"] for s in steps(prediction, "retrieve")][0] == "question"
-    assert [s["step"] for s in prediction.trace] == ["retrieve", "generate"] * 3 + ["answer"]
+    assert prediction.answer == "answer 3" and steps_of(prediction, Answer)[0]["answer"] == "answer 3"
+    assert [s["why"] for s in steps_of(prediction, Retrieve)][0] == "question"
+    assert kinds_of(prediction) == [Retrieve, Generate] * 3 + [Answer]
 
 
 @pytest.mark.parametrize("iterations", [1, 2, 5])
@@ -129,7 +126,7 @@ def test_an_unreadable_generation_fails_the_question_without_a_retry():
     with pytest.raises(QuestionFailed, match="generate") as failure:
         run(script=Script(garbage_at=2), iterations=3)
     assert failure.value.counts["lm_calls"] == 2
-    assert [s["step"] for s in failure.value.trace] == ["retrieve", "generate", "retrieve"]
+    assert [s["step"] for s in failure.value.trace] == [Retrieve.kind, Generate.kind, Retrieve.kind]
 
 
 def test_query_and_generation_helpers():

@@ -25,6 +25,7 @@ from arag.errors import QuestionFailed  # noqa: E402
 from arag.lm import complete_raw, completion_logprobs, label_probabilities, raw_prompt_lm  # noqa: E402
 from arag.local import LlamaEngine, default_model_path, load_model  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
+from arag.trace import Answer, Retrieve, Sentence, is_step
 
 pytestmark = pytest.mark.local_model
 
@@ -153,7 +154,7 @@ def test_a_context_overflow_fails_that_question_only(hotpot, tmp_path):
         result = arag.evaluate(program, examples, out_dir=tmp_path, progress=False)
     assert failure.value.kind == "ContextWindowExceededError"
     assert failure.value.step.startswith("generate_answer")
-    assert failure.value.counts["retrieval_calls"] == 1 and failure.value.trace[0]["step"] == "retrieve"
+    assert failure.value.counts["retrieval_calls"] == 1 and is_step(failure.value.trace[0], Retrieve)
     assert result.summary["n"] == 2 and result.summary["failures"] == {"ContextWindowExceededError": 2}
     assert all(row["retrieval_calls"] == 1 and row["lm_calls"] >= 1 for row in result.rows)
 
@@ -200,7 +201,7 @@ def test_flare_reads_the_answers_token_probabilities(lm, hotpot):
     program = arag.build_program("flare", retriever, max_tokens=40, theta=1.0)
     with dspy.context(lm=lm):
         prediction = program(question=examples[0].question)
-    sentences = [s for s in prediction.trace if s["step"] == "sentence"]
+    sentences = [s for s in prediction.trace if is_step(s, Sentence)]
     assert sentences and all(0.0 < s["min_prob"] <= 1.0 for s in sentences if "min_prob" in s)
     assert prediction.retrieval_calls >= 1 + len([s for s in sentences if s["retrieved"]])
 
@@ -216,7 +217,7 @@ def test_eval_runs_on_the_local_model_from_the_command_line(tmp_path):
     assert completed.returncode == 0, completed.stderr[-2000:]
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all("error" not in row and row["prediction"] for row in rows)
-    answer_steps = [s for row in rows for s in row["trace"] if s["step"] == "answer"]
+    answer_steps = [s for row in rows for s in row["trace"] if is_step(s, Answer)]
     assert all(0.0 < s["min_token_prob"] <= s["mean_token_prob"] <= 1.0 for s in answer_steps)
     assert not math.isnan(rows[0]["metrics"]["f1"])
 

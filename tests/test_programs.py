@@ -8,7 +8,7 @@ from arag.programs import build_program
 from arag.programs.frame.sentences import final_answer, split_sentences
 from arag.retrievers import BM25Retriever
 from arag.testing import Scripted, scripted_lm
-from arag.trace import current_trace, recording
+from arag.trace import Answer, Retrieve, current_trace, is_step, kinds_of, recording
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_single_rag_traces_one_retrieval_and_the_answer(sample_retriever):
     with dspy.context(lm=lm):
         pred = program(question="Which river flows through the capital of France?")
     assert pred.answer == "Paris"
-    assert [s["step"] for s in pred.trace] == ["retrieve", "answer"]
+    assert kinds_of(pred) == [Retrieve, Answer]
     retrieved = pred.trace[0]
     assert retrieved["why"] == "question" and len(retrieved["passages"]) == 3
     assert retrieved["new_ids"] == [p["id"] for p in retrieved["passages"]]
@@ -56,7 +56,7 @@ def test_answer_step_carries_token_probabilities_when_the_lm_returns_them():
     with dspy.context(lm=lm):
         pred = build_program("no-retrieval")(question="q?")
     step = pred.trace[-1]
-    assert step["step"] == "answer"
+    assert is_step(step, Answer)
     assert step["min_token_prob"] == pytest.approx(0.5)
     assert step["mean_token_prob"] == pytest.approx((0.9 + 0.5 + 0.8) / 3, abs=1e-4)
 
@@ -80,7 +80,7 @@ def test_nested_programs_share_one_trace(sample_retriever):
         inner(question="second")
         assert current_trace() is outer
     assert outer.lm_calls == 2 and outer.retrieval_calls == 2
-    assert [s["step"] for s in outer.steps] == ["retrieve", "answer", "retrieve", "answer"]
+    assert [s["step"] for s in outer.steps] == [Retrieve.kind, Answer.kind, Retrieve.kind, Answer.kind]
     assert current_trace() is None
 
 

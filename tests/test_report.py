@@ -20,6 +20,7 @@ from arag.programs import build_program
 from arag.programs.frame.sentences import split_sentences
 from arag.report import comparison, disagree, load_runs, pareto_front, question_table, render_html, report_data
 from arag.testing import Scripted, Tokens, isolated_cache, scripted_lm
+from arag.trace import Sentence, is_step
 
 from fakes import FOUND_FOR, NUMBERED, FixedRetriever, TemplateRetriever
 
@@ -276,7 +277,7 @@ def test_the_page_in_a_headless_browser(tmp_path):
         pytest.skip("no chromium on PATH (Debian: apt-get install chromium)")
     runs = browser_runs(tmp_path)
     rows = [ujson.loads(line) for line in (tmp_path / "flare" / "predictions.jsonl").read_text().splitlines()]
-    assert any(step["step"] == "sentence" and step["retrieved"] for step in rows[0]["trace"])
+    assert any(is_step(step, Sentence) and step["retrieved"] for step in rows[0]["trace"])
     page_path = arag.report(runs, tmp_path / "report.html").path
 
     with sync_api.sync_playwright() as playwright:

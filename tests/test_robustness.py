@@ -16,6 +16,7 @@ from arag.lm import build_lm, complete_raw, completions_lm
 from arag.programs import build_program
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
+from arag.trace import Answer, Evaluate, Retrieve, Unreadable, is_step, kinds_of
 
 from fakes import NUMBERED, TemplateRetriever
 
@@ -118,10 +119,10 @@ def test_an_unreadable_relevance_judgement_falls_back_and_says_so():
     lm = scripted_lm(judge, logprobs=True, top_logprobs=5)
     with dspy.context(lm=lm):
         prediction = build_program("crag", TemplateRetriever(NUMBERED), k=3)(question="Where?")
-    unreadable = [s for s in prediction.trace if s["step"] == "unreadable"]  # the passage, then its strip
+    unreadable = [s for s in prediction.trace if is_step(s, Unreadable)]  # the passage, then its strip
     assert unreadable and all(s["signature"] == "JudgeRelevance" and s["fallback"].startswith("score 0")
                               for s in unreadable)
-    scores = next(s for s in prediction.trace if s["step"] == "evaluate")["scores"]
+    scores = next(s for s in prediction.trace if is_step(s, Evaluate))["scores"]
     assert [s["score"] for s in scores] == [1.0, 0.0, 1.0]
     assert prediction.answer == "Budapest"
 
@@ -135,7 +136,7 @@ def test_react_ends_its_trajectory_on_an_unreadable_step_and_still_answers():
     with dspy.context(lm=scripted_lm(react)):
         prediction = build_program("react", TemplateRetriever(NUMBERED))(question="Where?")
     assert prediction.answer == "Budapest"
-    assert [s["step"] for s in prediction.trace][-2:] == ["unreadable", "answer"]
+    assert kinds_of(prediction)[-2:] == [Unreadable, Answer]
 
 
 # --- failures stay with their question --------------------------------------------------------
@@ -157,7 +158,7 @@ def test_a_failed_question_keeps_its_trace_its_cost_and_the_step_that_failed(tmp
     for row in failed:
         assert row["error_kind"] == "AdapterParseError" and row["error_step"] == "generate_answer"
         assert row["lm_calls"] == 1 and row["prompt_tokens"] > 0 and row["retrieval_calls"] == 1
-        assert [step["step"] for step in row["trace"]] == ["retrieve"]
+        assert kinds_of(row) == [Retrieve]
     summary = result.summary
     assert summary["failures"] == {"AdapterParseError": 2}
     assert summary["totals"]["lm_calls"] == 4 == lm.engine.count
@@ -208,7 +209,7 @@ def test_a_question_stops_at_its_cap_on_lm_calls_with_what_it_spent(tmp_path):
         uncapped = evaluate(program, examples(2), out_dir=tmp_path / "uncapped", progress=False, max_lm_calls=0)
     for row in result.rows:
         assert row["error_kind"] == "LMCallBudgetSpent" and "7 LM calls" in row["error"]
-        assert row["lm_calls"] == 7 and [s["step"] for s in row["trace"]][:2] == ["retrieve", "evaluate"]
+        assert row["lm_calls"] == 7 and kinds_of(row)[:2] == [Retrieve, Evaluate]
     assert all("error" not in row and row["lm_calls"] == 11 for row in uncapped.rows)
     assert program.default_max_lm_calls() == 150  # 100 + 10 per passage of k
 

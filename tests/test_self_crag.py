@@ -16,6 +16,21 @@ from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import Scripted, Tokens, scripted_lm
+from arag.trace import (
+    Action,
+    Answer,
+    Candidate,
+    Chosen,
+    Contexts,
+    Evaluate,
+    NoEvidence,
+    Refine,
+    RetrievalDecision,
+    Retrieve,
+    Search,
+    kinds_of,
+    steps_of,
+)
 
 from fakes import FixedRetriever
 
@@ -58,10 +73,6 @@ def local_web(tmp_path_factory):
     return f"local:{folder}"
 
 
-def steps(pred, kind):
-    return [step for step in pred.trace if step["step"] == kind]
-
-
 def written_from(lm):
     """The passage each candidate was written from (None: written without evidence)."""
     return [call.inputs.get("passage") for call in lm.engine.calls if call.output_fields == ["continuation"]]
@@ -88,13 +99,13 @@ def strip(passage):
 )
 def test_each_action_shapes_the_knowledge_the_candidate_is_written_from(thresholds, action, knowledge, local_web):
     pred, lm = run({**thresholds, "contexts": "action"}, web=local_web)
-    (evaluated,) = steps(pred, "evaluate")
+    (evaluated,) = steps_of(pred, Evaluate)
     assert [s["score"] for s in evaluated["scores"]] == pytest.approx([2 * 0.9 - 1, 2 * 0.2 - 1], abs=1e-4)
-    assert steps(pred, "action")[0]["action"] == action
+    assert steps_of(pred, Action)[0]["action"] == action
     assert written_from(lm) == ["\n".join(knowledge)]
-    (candidate,) = steps(pred, "candidate")
+    (candidate,) = steps_of(pred, Candidate)
     assert candidate["passage"] == f"knowledge:{action}:1"
-    searched = [s for s in steps(pred, "retrieve") if s["why"].startswith("knowledge search")]
+    searched = [s for s in steps_of(pred, Retrieve) if s["why"].startswith("knowledge search")]
     assert bool(searched) == (action != "correct")
     if searched:
         assert searched[0]["query"] == "Corliss Archer, Kiss and Tell"
@@ -105,16 +116,16 @@ def test_each_action_shapes_the_knowledge_the_candidate_is_written_from(threshol
 
 def test_no_knowledge_left_means_writing_without_evidence():
     pred, lm = run({"upper": 0.95, "lower": 0.9, "contexts": "action"}, web="none")
-    assert steps(pred, "action")[0]["action"] == "incorrect"
-    assert steps(pred, "search")[0]["skipped"] is True
-    assert steps(pred, "no_evidence")[0]["reason"] == "no passage was found"
+    assert steps_of(pred, Action)[0]["action"] == "incorrect"
+    assert steps_of(pred, Search)[0]["skipped"] is True
+    assert steps_of(pred, NoEvidence)[0]["reason"] == "no passage was found"
     assert written_from(lm) == [None] and pred.answer == "Unknown"
-    assert steps(pred, "chosen")[0]["passages"] == [None]
+    assert steps_of(pred, Chosen)[0]["passages"] == [None]
 
 
 def test_self_rag_scores_the_corrected_candidate():
     pred, _ = run({"upper": 0.5, "lower": -0.9, "contexts": "action"})
-    (candidate,) = steps(pred, "candidate")
+    (candidate,) = steps_of(pred, Candidate)
     relevance = 0.9  # "Shirley Temple | ..." opens the knowledge passage
     support = 0.6 + 0.5 * 0.3
     utility = 0.5 * 0.7 + 1.0 * 0.2
@@ -125,32 +136,32 @@ def test_self_rag_scores_the_corrected_candidate():
 def test_released_contexts_give_internal_external_and_combined_knowledge_and_critiques_choose(thresholds, local_web):
     pred, lm = run(thresholds, web=local_web)
     # Nothing is graded and no action taken: thresholds that would make it Correct or Incorrect change nothing.
-    assert not steps(pred, "evaluate") and not steps(pred, "action")
-    assert [s["source"] for s in steps(pred, "refine")] == ["retrieved", local_web]
-    assert steps(pred, "contexts") == [{"step": "contexts", "depth": 1, "given": list(FORMS), "empty": []}]
+    assert not steps_of(pred, Evaluate) and not steps_of(pred, Action)
+    assert [s["source"] for s in steps_of(pred, Refine)] == ["retrieved", local_web]
+    assert steps_of(pred, Contexts) == [{"step": Contexts.kind, "depth": 1, "given": list(FORMS), "empty": []}]
     internal, external = strip(SHIRLEY), strip(FILM)
     # one candidate per form, written at once (the requests in any order, the trace in the forms' order)
     assert sorted(written_from(lm)) == sorted([internal, external, f"{internal}\n{external}"])
-    candidates = steps(pred, "candidate")
+    candidates = steps_of(pred, Candidate)
     assert [c["passage"] for c in candidates] == [f"knowledge:{form}:1" for form in FORMS]
     assert [c["text"] for c in candidates] == ["Chief of Protocol", "Unknown", "Chief of Protocol"]
     # IsREL judges each context by the title it opens with: the retrieved strip outranks the web's.
     assert [c["relevance"] for c in candidates] == pytest.approx([0.9, 0.8, 0.9], abs=1e-6)
-    assert steps(pred, "chosen")[0]["passages"] == ["knowledge:internal:1"]
+    assert steps_of(pred, Chosen)[0]["passages"] == ["knowledge:internal:1"]
     assert pred.answer == "Chief of Protocol"
 
 
 def test_released_contexts_leave_out_empty_knowledge():
     pred, lm = run({"upper": 0.95, "lower": 0.9}, web="none")
-    assert steps(pred, "search")[0]["skipped"] is True
-    assert steps(pred, "contexts")[0]["given"] == ["internal"]
-    assert steps(pred, "contexts")[0]["empty"] == ["external", "combined"]
+    assert steps_of(pred, Search)[0]["skipped"] is True
+    assert steps_of(pred, Contexts)[0]["given"] == ["internal"]
+    assert steps_of(pred, Contexts)[0]["empty"] == ["external", "combined"]
     # The action would have been Incorrect, leaving nothing; the internal knowledge still reaches Self-RAG.
     assert written_from(lm) == [strip(SHIRLEY)] and pred.answer == "Chief of Protocol"
 
     pred, lm = run({"strip_threshold": 0.95}, web="none")
-    assert steps(pred, "contexts")[0]["given"] == []
-    assert steps(pred, "no_evidence")[0]["reason"] == "no passage was found"
+    assert steps_of(pred, Contexts)[0]["given"] == []
+    assert steps_of(pred, NoEvidence)[0]["reason"] == "no passage was found"
     assert written_from(lm) == [None] and pred.answer == "Unknown"
 
 
@@ -184,8 +195,8 @@ def test_arag_eval_runs_self_crag_over_a_loopback_server(shared_dataset, tmp_pat
     rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and not any("error" in row for row in rows)
     for row in rows:
-        kinds = [step["step"] for step in row["trace"]]
-        assert kinds[:5] == ["retrieval_decision", "retrieve", "refine", "search", "contexts"]
-        assert "candidate" in kinds and kinds[-2:] == ["chosen", "answer"]
+        kinds = kinds_of(row)
+        assert kinds[:5] == [RetrievalDecision, Retrieve, Refine, Search, Contexts]
+        assert Candidate in kinds and kinds[-2:] == [Chosen, Answer]
     assert {r["path"] for r in server.requests} == {"/v1/chat/completions"}
     assert all(r["body"].get("logprobs") is True for r in server.requests if "relevant" in json.dumps(r["body"]))

@@ -22,6 +22,19 @@ from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm
+from arag.trace import (
+    Answer,
+    Beam,
+    Candidate,
+    Chosen,
+    ClosedSet,
+    Dropped,
+    NoEvidence,
+    RetrievalDecision,
+    Retrieve,
+    kinds_of,
+    steps_of,
+)
 
 from fakes import FixedRetriever
 
@@ -44,12 +57,8 @@ def normalised(logprobs):
     return {label: math.exp(lp) / total for label, lp in logprobs.items()}
 
 
-def steps(pred, kind):
-    return [step for step in pred.trace if step["step"] == kind]
-
-
 def candidate(pred, cid):
-    return next(step for step in steps(pred, "candidate") if step["id"] == cid)
+    return next(step for step in steps_of(pred, Candidate) if step["id"] == cid)
 
 
 # --- prompted critics: the score by hand -------------------------------------------------------
@@ -120,7 +129,7 @@ def test_prompted_scores_match_the_hand_computation():
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
 
-    (decision,) = steps(pred, "retrieval_decision")
+    (decision,) = steps_of(pred, RetrievalDecision)
     p_yes = math.exp(DECIDE["yes"]) / (math.exp(DECIDE["yes"]) + math.exp(DECIDE["no"]))
     assert decision["p_retrieve"] == pytest.approx(p_yes, abs=1e-6) and decision["decision"] == "retrieve"
     for cid, logprobs in (("1", SHIRLEY_LOGPROBS), ("2", RADIO_LOGPROBS)):
@@ -133,7 +142,7 @@ def test_prompted_scores_match_the_hand_computation():
         assert step["score"] == pytest.approx(score, abs=1e-5)
     assert candidate(pred, "1")["passage"] == "p1" and candidate(pred, "2")["passage"] == "p2"
     assert pred.answer == "Chief of Protocol"
-    assert steps(pred, "chosen")[0]["path"] == ["1"]
+    assert steps_of(pred, Chosen)[0]["path"] == ["1"]
     assert lm.engine.count == 1 + 2 * 4  # decide, then write + relevance + support + utility per passage
     assert pred.retrieval_calls == 1 and pred.distinct_passages == 2
 
@@ -177,7 +186,7 @@ def test_modes_and_delta_decide_retrieval(params, retrievals, lm_calls):
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
     assert pred.retrieval_calls == retrievals and lm.engine.count == lm_calls
-    (decision,) = steps(pred, "retrieval_decision")
+    (decision,) = steps_of(pred, RetrievalDecision)
     assert decision["decision"] == ("retrieve" if retrievals else "no")
     if not retrievals:
         assert pred.answer == "I do not know." and candidate(pred, "1")["passage"] is None
@@ -228,7 +237,7 @@ def expected_reflection_score(pieces):
 
 
 def check_reflection_run(pred):
-    (decision,) = steps(pred, "retrieval_decision")
+    (decision,) = steps_of(pred, RetrievalDecision)
     p_yes = 1 / (1 + math.exp(START["[No Retrieval]"] - START["[Retrieval]"]))
     assert decision["p_retrieve"] == pytest.approx(p_yes, abs=1e-6)
     assert candidate(pred, "1")["score"] == pytest.approx(expected_reflection_score(SHIRLEY_REFLECTION), abs=1e-5)
@@ -299,10 +308,10 @@ def test_reflection_segments_decide_the_next_retrieval_from_their_own_retrieval_
         # The second decision comes from the [Retrieval] token the model wrote after its first segment.
         assert [call.prompt for call in lm.engine.calls] == [BASE_PROMPT, BASE_PROMPT + paragraph(SHIRLEY),
                                                               expected_second]
-        decisions = steps(pred, "retrieval_decision")
+        decisions = steps_of(pred, RetrievalDecision)
         assert decisions[1]["p_retrieve"] == pytest.approx(1 / (1 + math.exp(-1.5 + 0.3)), abs=1e-6)
         assert pred.answer == "Temple was an actress. She was Chief of Protocol."
-        assert steps(pred, "chosen")[0]["path"] == ["1", "1.1"]
+        assert steps_of(pred, Chosen)[0]["path"] == ["1", "1.1"]
         assert pred.retrieval_calls == (2 if delta == 0.2 else 1)
 
 
@@ -340,9 +349,9 @@ def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
     # Later segments retrieve with the question and the path's last segment (x, y_{t-1}).
     assert retriever.queries[:3] == ["Tell me about the letters.", "Tell me about the letters. From Alpha.",
                                      "Tell me about the letters. From Beta."]
-    candidates = steps(pred, "candidate")
+    candidates = steps_of(pred, Candidate)
     assert [sum(1 for c in candidates if c["depth"] == d) for d in (1, 2, 3)] == [3, 6, 6]
-    for beam in steps(pred, "beam"):
+    for beam in steps_of(pred, Beam):
         layer = [c for c in candidates if c["depth"] == beam["depth"]]
         open_layer = sorted((c for c in layer if not c["done"]), key=lambda c: -c["path_score"])
         assert beam["kept"] == [c["id"] for c in open_layer[:2]]
@@ -354,7 +363,7 @@ def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
     finished = [c for c in candidates if c["done"]]
     assert {c["depth"] for c in finished} == {3}
     best = max(finished, key=lambda c: c["path_score"])
-    assert steps(pred, "chosen")[0]["path"][-1] == best["id"] == "1.1.1"
+    assert steps_of(pred, Chosen)[0]["path"][-1] == best["id"] == "1.1.1"
     assert pred.answer == "From Alpha. From Alpha. From Alpha. And more."
     assert pred.lm_calls == (3 + 6 + 6) * 4 and pred.retrieval_calls == 1 + 2 + 2
     assert lm.engine.count < pred.lm_calls  # repeated judgements (same passage, same statement) come from the cache
@@ -367,7 +376,7 @@ def test_a_single_sentence_continuation_finishes_the_answer_early():
     with dspy.context(lm=lm):
         pred = program(question="Capital of France?")
     assert pred.answer == "Paris." and lm.engine.count == 2
-    assert [b["depth"] for b in steps(pred, "beam")] == [1]
+    assert [b["depth"] for b in steps_of(pred, Beam)] == [1]
 
 
 def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
@@ -386,7 +395,7 @@ def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
     program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=2)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
-    assert [d["decision"] for d in steps(pred, "retrieval_decision")] == ["retrieve", "continue"]
+    assert [d["decision"] for d in steps_of(pred, RetrievalDecision)] == ["retrieve", "continue"]
     first, second = candidate(pred, "1"), candidate(pred, "1.1")
     assert second["continued"] and second["passage"] == "p1" and pred.retrieval_calls == 1
     assert second["critiques"]["relevance"] == first["critiques"]["relevance"]  # judged once, carried over
@@ -401,16 +410,16 @@ def test_hard_constraints_drop_irrelevant_candidates_and_fall_back_to_no_evidenc
     program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, hard_constraints=True)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
-    assert steps(pred, "dropped")[0]["ids"] == ["2"] and pred.answer == "Chief of Protocol"
+    assert steps_of(pred, Dropped)[0]["ids"] == ["2"] and pred.answer == "Chief of Protocol"
 
     lm = scripted_lm(prompted_responder())
     program = build_program("self-rag", FixedRetriever([RADIO]), k=1, hard_constraints=True)
     with dspy.context(lm=lm):
         pred = program(question=QUESTION)
-    assert steps(pred, "dropped")[0]["ids"] == ["1"]
-    assert steps(pred, "no_evidence")[0]["reason"] == "every candidate was dropped"
-    assert pred.answer == "I do not know." and steps(pred, "chosen")[0] == {
-        "step": "chosen", "path": ["2"], "passages": [None], "score": candidate(pred, "2")["score"]}
+    assert steps_of(pred, Dropped)[0]["ids"] == ["1"]
+    assert steps_of(pred, NoEvidence)[0]["reason"] == "every candidate was dropped"
+    assert pred.answer == "I do not know." and steps_of(pred, Chosen)[0] == {
+        "step": Chosen.kind, "path": ["2"], "passages": [None], "score": candidate(pred, "2")["score"]}
 
 
 def test_closed_set_sums_the_scores_of_agreeing_answers():
@@ -424,10 +433,10 @@ def test_closed_set_sums_the_scores_of_agreeing_answers():
         with dspy.context(lm=scripted_lm(prompted_responder(answers))):
             pred = program(question=QUESTION)
         picks[closed_set] = pred.answer
-        scores = {c["id"]: c["score"] for c in steps(pred, "candidate")}
+        scores = {c["id"]: c["score"] for c in steps_of(pred, Candidate)}
     assert scores["1"] > scores["2"] == scores["3"] and scores["2"] + scores["3"] > scores["1"]
     assert picks == {False: "A", True: "B"}
-    assert steps(pred, "closed_set")[0]["totals"]["b"] == pytest.approx(scores["2"] + scores["3"], abs=1e-5)
+    assert steps_of(pred, ClosedSet)[0]["totals"]["b"] == pytest.approx(scores["2"] + scores["3"], abs=1e-5)
 
 
 # --- LMs without log-probabilities, parameters --------------------------------------------------
@@ -461,7 +470,7 @@ def test_an_lm_without_logprobs_fails_clearly_unless_the_chosen_label_is_assumed
     assert step["critiques"]["support"] == {"fully": 0.0, "partially": 1.0, "no": 0.0}
     assert (step["relevance"], step["support"], step["utility"], step["sequence_score"]) == (1.0, 0.5, 0.5, 0.0)
     assert step["score"] == pytest.approx(1.0 + 1.0 + 0.5 + 0.5 * 0.5)  # S = p = 1
-    assert steps(pred, "retrieval_decision")[0]["p_retrieve"] == 1.0
+    assert steps_of(pred, RetrievalDecision)[0]["p_retrieve"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -547,9 +556,9 @@ def test_arag_eval_runs_self_rag_over_a_loopback_server(critics, shared_dataset,
     rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and not any("error" in row for row in rows)
     for row in rows:
-        kinds = [step["step"] for step in row["trace"]]
-        assert kinds[:2] == ["retrieval_decision", "retrieve"] and kinds.count("candidate") == 2
-        assert kinds[-2:] == ["chosen", "answer"] and row["retrieval_calls"] == 1
+        kinds = kinds_of(row)
+        assert kinds[:2] == [RetrievalDecision, Retrieve] and kinds.count(Candidate) == 2
+        assert kinds[-2:] == [Chosen, Answer] and row["retrieval_calls"] == 1
     paths = {request["path"] for request in server.requests}
     assert paths == ({"/v1/chat/completions"} if critics == "prompted" else {"/v1/completions"})
     if critics == "prompted":
@@ -592,7 +601,7 @@ def test_the_long_form_rule_decides_the_first_segment_by_the_ratio_then_by_the_w
                                 retrieve_rule=rule)
         with dspy.context(lm=scripted_lm(respond)):
             pred = program(question=QUESTION)
-        made = steps(pred, "retrieval_decision")
+        made = steps_of(pred, RetrievalDecision)
         assert [d["decision"] for d in made] == expected, rule
         assert [d["rule"] for d in made] == ["normalised", rule]
         assert pred.retrieval_calls == expected.count("retrieve")

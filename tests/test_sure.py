@@ -10,6 +10,7 @@ from arag.errors import ConfigError
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.sure import SuRe, best, distinct_candidates
 from arag.testing import GARBAGE_TEXT, Tokens, scripted_lm
+from arag.trace import Answer, Candidates, Pair, Select, Unreadable, Validity, is_step, steps_of
 
 from fakes import TemplateRetriever
 
@@ -77,10 +78,6 @@ def run(script, lm_kwargs=None, **params):
     return prediction, lm, retriever
 
 
-def steps(prediction, kind):
-    return [step for step in prediction.trace if step["step"] == kind]
-
-
 def kinds(lm):
     return [call.output_fields[0] for call in lm.engine.calls]
 
@@ -128,17 +125,17 @@ def test_two_candidates_make_seven_calls_in_the_papers_order():
     assert (c1.inputs["summary_1"], c1.inputs["summary_2"]) == (summary_of("Paris"), summary_of("Lyon"))
     assert (c2.inputs["summary_1"], c2.inputs["summary_2"]) == (summary_of("Lyon"), summary_of("Paris"))
     # Both valid; Lyon's summary wins both orders: ranking decides.
-    (select,) = steps(prediction, "select")
+    (select,) = steps_of(prediction, Select)
     assert select["validity"] == [1.0, 1.0] and select["ranking"] == [0.0, 1.0] and select["scores"] == [1.0, 2.0]
     assert prediction.answer == "Lyon" and select["chosen"] == "Lyon" and select["tie"] is False
-    assert steps(prediction, "pair")[0]["winners"] == [1, 1]
-    assert prediction.summary == summary_of("Lyon") and prediction.trace[-1]["step"] == "answer"
+    assert steps_of(prediction, Pair)[0]["winners"] == [1, 1]
+    assert prediction.summary == summary_of("Lyon") and is_step(prediction.trace[-1], Answer)
 
 
 def test_validity_decides_when_the_ranking_contradicts_itself():
     always_first = Script(supports={"Paris": False, "Lyon": True}, prefer=lambda first, second: first)
     prediction, lm, _ = run(always_first)
-    (select,) = steps(prediction, "select")
+    (select,) = steps_of(prediction, Select)
     assert select["ranking"] == [0.5, 0.5] and select["validity"] == [0.0, 1.0]
     assert prediction.answer == "Lyon" and lm.engine.count == 7
 
@@ -146,14 +143,14 @@ def test_validity_decides_when_the_ranking_contradicts_itself():
 def test_a_ranking_win_outweighs_nothing_when_only_the_other_summary_is_valid():
     # Paris wins both orders (1 point) but is judged unsupported; Lyon is supported (1 point): a tie.
     prediction, _, _ = run(Script(supports={"Paris": False}, order=["Paris", "Lyon"]))
-    (select,) = steps(prediction, "select")
+    (select,) = steps_of(prediction, Select)
     assert select["scores"] == [1.0, 1.0] and select["tie"] is True
     assert prediction.answer == "Paris"
 
 
 def test_a_tie_goes_to_the_first_candidate():
     prediction, _, _ = run(Script(proposed=["Lyon", "Paris"], prefer=lambda first, second: second))
-    (select,) = steps(prediction, "select")
+    (select,) = steps_of(prediction, Select)
     assert select["scores"] == [1.5, 1.5] and select["tie"] is True
     assert prediction.answer == "Lyon" and select["chosen_index"] == 0
 
@@ -162,26 +159,26 @@ def test_validity_is_the_papers_binary_judgement_even_with_log_probabilities():
     # Both summaries judged True, with p(True) 0.9 and 0.6: each counts 1, and the ranking decides (Lyon wins both).
     script = Script(supports={"Paris": 0.9, "Lyon": 0.6}, prefer=lambda first, second: "Lyon")
     prediction, _, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5})
-    validity = steps(prediction, "validity")
+    validity = steps_of(prediction, Validity)
     assert [(v["validity"], v["p_supports"]) for v in validity] == [(1.0, pytest.approx(0.9, abs=1e-4)),
                                                                     (1.0, pytest.approx(0.6, abs=1e-4))]
-    assert steps(prediction, "select")[0]["scores"] == [1.0, 2.0] and prediction.answer == "Lyon"
+    assert steps_of(prediction, Select)[0]["scores"] == [1.0, 2.0] and prediction.answer == "Lyon"
 
 
 @pytest.mark.parametrize(("p_paris", "p_lyon", "expected"), [(0.9, 0.6, "Paris"), (0.55, 0.8, "Lyon")])
 def test_validity_score_probability_is_p_true_when_log_probabilities_exist(p_paris, p_lyon, expected):
     script = Script(supports={"Paris": p_paris, "Lyon": p_lyon}, prefer=lambda first, second: first)
     prediction, lm, _ = run(script, lm_kwargs={"logprobs": True, "top_logprobs": 5}, validity_score="probability")
-    validity = steps(prediction, "validity")
+    validity = steps_of(prediction, Validity)
     assert [v["p_supports"] for v in validity] == pytest.approx([p_paris, p_lyon], abs=1e-4)
-    assert steps(prediction, "select")[0]["scores"] == pytest.approx([p_paris + 0.5, p_lyon + 0.5], abs=1e-4)
+    assert steps_of(prediction, Select)[0]["scores"] == pytest.approx([p_paris + 0.5, p_lyon + 0.5], abs=1e-4)
     assert prediction.answer == expected and lm.engine.count == 7
 
 
 def test_without_log_probabilities_the_label_counts():
     prediction, _, _ = run(Script(supports={"Paris": 0.9, "Lyon": 0.3}, prefer=lambda first, second: first),
                            validity_score="probability")
-    validity = steps(prediction, "validity")
+    validity = steps_of(prediction, Validity)
     assert [(v["supports"], v["validity"]) for v in validity] == [(True, 1.0), (False, 0.0)]
     assert all("p_supports" not in v for v in validity)
     assert prediction.answer == "Paris"
@@ -193,9 +190,9 @@ def test_without_log_probabilities_the_label_counts():
 def test_an_unreadable_validity_judgement_counts_zero_and_is_not_retried():
     prediction, lm, _ = run(Script(supports={"Paris": GARBAGE}, prefer=lambda first, second: first))
     assert lm.engine.count == 7
-    (unreadable,) = steps(prediction, "unreadable")
+    (unreadable,) = steps_of(prediction, Unreadable)
     assert unreadable["signature"] == "JudgeSummarySupport"
-    assert steps(prediction, "validity")[0] == {"step": "validity", "candidate_index": 0, "candidate": "Paris",
+    assert steps_of(prediction, Validity)[0] == {"step": Validity.kind, "candidate_index": 0, "candidate": "Paris",
                                                 "supports": None, "validity": 0.0}
     assert prediction.answer == "Lyon"
 
@@ -205,8 +202,8 @@ def test_an_unreadable_order_leaves_the_decision_to_the_other_one():
         return GARBAGE if first == "Paris" else second  # Lyon first: picks Paris
 
     prediction, lm, _ = run(Script(prefer=prefer))
-    assert lm.engine.count == 7 and len(steps(prediction, "unreadable")) == 1
-    (pair,) = steps(prediction, "pair")
+    assert lm.engine.count == 7 and len(steps_of(prediction, Unreadable)) == 1
+    (pair,) = steps_of(prediction, Pair)
     assert pair["winners"] == [None, 0] and pair["share"] == [1.0, 0.0]
     assert prediction.answer == "Paris"
 
@@ -214,8 +211,8 @@ def test_an_unreadable_order_leaves_the_decision_to_the_other_one():
 def test_a_pair_with_both_orders_unreadable_splits_evenly():
     prediction, lm, _ = run(Script(proposed=["Paris", "Lyon"], supports={"Paris": False},
                                    prefer=lambda first, second: GARBAGE))
-    assert lm.engine.count == 7 and len(steps(prediction, "unreadable")) == 2
-    assert steps(prediction, "select")[0]["ranking"] == [0.5, 0.5]
+    assert lm.engine.count == 7 and len(steps_of(prediction, Unreadable)) == 2
+    assert steps_of(prediction, Select)[0]["ranking"] == [0.5, 0.5]
     assert prediction.answer == "Lyon"
 
 
@@ -226,8 +223,8 @@ def test_three_candidates_rank_every_pair_in_both_orders():
     prediction, lm, _ = run(Script(proposed=["Paris", "Lyon", "Nice"], order=["Nice", "Lyon", "Paris"],
                                    supports={"Nice": False}), candidates=3)
     assert lm.engine.count == 1 + 3 + 3 + 6
-    assert [p["candidate_indices"] for p in steps(prediction, "pair")] == [[0, 1], [0, 2], [1, 2]]
-    (select,) = steps(prediction, "select")
+    assert [p["candidate_indices"] for p in steps_of(prediction, Pair)] == [[0, 1], [0, 2], [1, 2]]
+    (select,) = steps_of(prediction, Select)
     assert select["ranking"] == [0.0, 0.5, 1.0]  # points over the K-1 = 2 pairs each summary is in
     assert select["scores"] == [1.0, 1.5, 1.0]
     assert prediction.answer == "Lyon"
@@ -237,7 +234,7 @@ def test_three_candidates_rank_every_pair_in_both_orders():
 def test_the_candidates_call_asks_for_k_candidates(k):
     prediction, lm, _ = run(Script(proposed=["Paris", "Lyon", "Nice", "Lille", "Lens"][:k]), candidates=k)
     assert lm.engine.calls[0].output_fields == [f"candidate_{n}" for n in range(1, k + 1)]
-    assert steps(prediction, "candidates")[0]["proposed"] == ["Paris", "Lyon", "Nice", "Lille", "Lens"][:k]
+    assert steps_of(prediction, Candidates)[0]["proposed"] == ["Paris", "Lyon", "Nice", "Lille", "Lens"][:k]
     assert lm.engine.count == 1 + 2 * k + k * (k - 1)
 
 
@@ -246,19 +243,19 @@ def test_one_distinct_candidate_is_the_answer_without_further_calls(proposed, k)
     prediction, lm, _ = run(Script(proposed=proposed), candidates=k)
     assert lm.engine.count == prediction.lm_calls == 1
     assert prediction.answer == "Paris"
-    assert steps(prediction, "select") == [{"step": "select", "reason": "one candidate", "chosen": "Paris"}]
+    assert steps_of(prediction, Select) == [{"step": Select.kind, "reason": "one candidate", "chosen": "Paris"}]
 
 
 def test_duplicates_leave_the_distinct_candidates_to_be_compared():
     prediction, lm, _ = run(Script(proposed=["Paris", "PARIS", "Lyon"]), candidates=3)
-    assert steps(prediction, "candidates")[0]["candidates"] == ["Paris", "Lyon"]
+    assert steps_of(prediction, Candidates)[0]["candidates"] == ["Paris", "Lyon"]
     assert lm.engine.count == 1 + 2 + 2 + 2
 
 
 def test_no_candidate_gives_an_empty_answer():
     prediction, lm, _ = run(Script(proposed=[" ", "?"]))
     assert prediction.answer == "" and lm.engine.count == 1
-    assert steps(prediction, "select")[0]["reason"] == "no candidate"
+    assert steps_of(prediction, Select)[0]["reason"] == "no candidate"
 
 
 def test_helpers():

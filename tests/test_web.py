@@ -29,6 +29,7 @@ from arag.retrievers.web import (
     refuse_non_public,
 )
 from arag.testing import Tokens, scripted_lm
+from arag.trace import Retrieve, Rewrite, is_step, steps_of
 
 from fakes import FixedRetriever
 
@@ -317,9 +318,8 @@ def test_crag_searches_the_web_when_retrieval_is_incorrect(web, monkeypatch):
     assert keywords_seen == ["Which machine is Ada Lovelace known for?"]
     (search_request,) = searches(web)
     assert search_request["body"] == {"q": "Ada Lovelace, known for, machine", "num": 3}
-    steps = {step["step"]: step for step in prediction.trace}
-    assert steps["rewrite"]["query"] == "Ada Lovelace, known for, machine"
-    web_step = [s for s in prediction.trace if s["step"] == "retrieve"][1]
+    assert steps_of(prediction, Rewrite)[-1]["query"] == "Ada Lovelace, known for, machine"
+    web_step = [s for s in prediction.trace if is_step(s, Retrieve)][1]
     assert web_step["why"] == "knowledge search (serper)"
     assert [d["url"] for d in web_step["documents"]] == [url for _, url, _ in web.hits]
     assert [d["fetched"] for d in web_step["documents"]] == [True, False, False]

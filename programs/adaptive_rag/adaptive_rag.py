@@ -32,7 +32,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
 from arag.programs.ircot import IRCoT
-from arag.trace import shown_probability
+from arag.trace import ABSENT, Route, shown_probability, steps_of
 
 STRATEGIES = {"A": NoRetrieval.name, "B": SingleRAG.name, "C": IRCoT.name}  # each label's program
 
@@ -50,6 +50,7 @@ class AdaptiveRAG(RAGProgram):
     """Adaptive-RAG: route each question to no retrieval, one retrieval, or IRCoT by its predicted complexity."""
 
     name = "adaptive-rag"
+    lm_calls_formula = "1 label + the chosen strategy's"
     params = (CLASSIFIER, SINGLE_STEP_K, IRCOT_K)
     presets = PRESETS
     follows = ("the paper (Jeong et al., 2024); passages per retrieval as the official run.py's FLAN-T5 setting "
@@ -67,10 +68,16 @@ class AdaptiveRAG(RAGProgram):
     def default_max_lm_calls(self) -> int:
         return 1 + max(strategy.default_max_lm_calls() for strategy in self.strategies.values())
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """The LM classifier's label (a router file makes none), then what the chosen strategy needs."""
+        [route] = steps_of(trace, Route)
+        return (route["classifier"] == "lm") + self.strategies[route["label"]].required_lm_calls(trace)
+
     def run(self, question: str) -> dict:
         routing = self.router.classify(question)
         strategy = self.strategies[routing.label]
-        self.note("route", label=routing.label, strategy=strategy.name, classifier=str(self.router),
-                  **({"probabilities": {label: shown_probability(p) for label, p in routing.probabilities.items()}}
-                     if routing.probabilities else {}))
+        probabilities = {label: shown_probability(p) for label, p in routing.probabilities.items()} \
+            if routing.probabilities else ABSENT
+        self.note(Route(label=routing.label, strategy=strategy.name, classifier=str(self.router),
+                        probabilities=probabilities))
         return strategy.run(question)

@@ -38,6 +38,7 @@ from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.predictors import predictor
 from arag.programs.frame.registry import register
 from arag.signatures import AnswerFromPassages
+from arag.trace import Read, StopReason, Window, steps_of
 
 WINDOW = Param("window", 16, "tokens per window: retrieve every `window` tokens with the last `window` tokens",
                low=1, high=256, searched=True, search_range=(8, 64))
@@ -69,8 +70,9 @@ class PreviousWindow(ActiveGeneration):
     """Previous-window: before each window of l tokens, retrieve with the previous window."""
 
     name = "prev-window"
+    lm_calls_formula = "one draft per window (+1 ending)"
     params = (WINDOW, FLARE_SETTING_K, MAX_TOKENS, PROMPT_STYLE)
-    piece_step = "window"
+    piece_step = Window
 
     def before_drafting(self, answer: LongAnswer, step: dict) -> None:
         if answer.pieces:
@@ -94,6 +96,7 @@ class PreviousSentence(ActiveGeneration):
     """
 
     name = "prev-sentence"
+    lm_calls_formula = "one draft per sentence (+1 ending)"
     params = (MAX_PASSAGES, FLARE_SETTING_K, LOOKAHEAD_TOKENS, MAX_TOKENS, PROMPT_STYLE, MAX_STEPS, STOP_RULE, READER,
               MAX_PASSAGE_WORDS)
 
@@ -124,12 +127,12 @@ class PreviousSentence(ActiveGeneration):
         fresh = dedup(found, {passage.id for passage in answer.passages})
         answer.passages = (answer.passages + fresh)[: self.max_passages]
 
-    def stop_reason(self, answer: LongAnswer) -> str | None:
+    def stop_reason(self, answer: LongAnswer) -> StopReason | None:
         if self.stop_rule == "answer-is" and ANSWER_IS.search(answer.pieces[-1]):
-            return 'the sentence says "answer is"'
+            return StopReason.ANSWER_IS
         stop = super().stop_reason(answer)
         if stop is None and self.max_steps and len(answer.pieces) >= self.max_steps:
-            return "the step limit is reached"
+            return StopReason.STEP_LIMIT
         return stop
 
     def finish(self, answer: LongAnswer) -> dict:
@@ -137,9 +140,13 @@ class PreviousSentence(ActiveGeneration):
         every passage held, the written answer kept as `long_answer`."""
         if self.reader == "none":
             return super().finish(answer)
-        self.note("read", reader=self.reader, passage_ids=[passage.id for passage in answer.passages])
+        self.note(Read(reader=self.reader, passage_ids=[passage.id for passage in answer.passages]))
         prediction = self.generate_answer(passages=format_passages(answer.passages), question=answer.question)
         return {"answer": self.answered(prediction), "long_answer": answer.text}
+
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """One draft per sentence (+1 ending), and the reader's call when there is one."""
+        return super().required_lm_calls(trace) + len(steps_of(trace, Read))
 
 
 def first_words(passage: Passage, count: int) -> Passage:

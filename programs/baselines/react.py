@@ -27,7 +27,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.signatures.generation import AnswerBySearching
-from arag.trace import current_trace, note
+from arag.trace import Act, Observation, Unreadable, current_trace, is_step, note, steps_of
 
 MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30,
                   searched=True, search_range=(1, 10))
@@ -70,9 +70,9 @@ class ObservedTool(dspy.Tool):
         try:
             result = super().__call__(**kwargs)
         except Exception as exc:  # noqa: BLE001 — recorded, then raised on to ReAct, which shows it to the LM
-            note("observation", tool=self.name, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS])
+            note(Observation(tool=self.name, error=f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]))
             raise
-        note("observation", tool=self.name, observation=result)
+        note(Observation(tool=self.name, observation=result))
         return result
 
 
@@ -95,12 +95,12 @@ class _ReAct(dspy.ReAct):
         except AdapterParseError as exc:
             if module is self.extract:
                 raise
-            note("unreadable", signature=module.signature.__name__, fallback="end the trajectory",
-                 error=str(exc).splitlines()[0][:ERROR_CHARS])
+            note(Unreadable(signature=module.signature.__name__, fallback="end the trajectory",
+                            error=str(exc).splitlines()[0][:ERROR_CHARS]))
             raise ValueError(str(exc)) from exc
         if module is self.react:
-            note("act", thought=prediction.next_thought, tool=prediction.next_tool_name,
-                 args=dict(prediction.next_tool_args))
+            note(Act(thought=prediction.next_thought, tool=prediction.next_tool_name,
+                     args=dict(prediction.next_tool_args)))
         return prediction
 
 
@@ -109,6 +109,7 @@ class ReActSearch(RAGProgram):
     """ReAct: thought, search, observation, until finish; then the answer from the trajectory."""
 
     name = "react"
+    lm_calls_formula = "thought-actions + 1 extraction"
     follows = ("the paper's loop (Yao et al., 2023) as dspy.ReAct runs it: thought, action, observation until finish, "
                "then the answer; zero-shot, where the paper prompts with worked trajectories (compile to give demos)")
     params = (FLARE_SETTING_K, MAX_ITERS)
@@ -117,11 +118,14 @@ class ReActSearch(RAGProgram):
         super().__init__(retriever, **params)
         self.agent = _ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters)
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return len(steps_of(trace, Act)) + 1
+
     def run(self, question: str) -> dict:
         steps = current_trace().steps
         before = len(steps)
         prediction = self.agent(question=question)
-        failed = sum(step["step"] == "observation" and "error" in step for step in steps[before:])
+        failed = sum(is_step(step, Observation) and "error" in step for step in steps[before:])
         return {"answer": self.answered(prediction), "failed_tool_calls": failed}
 
     def search(self, query: str) -> list[str]:

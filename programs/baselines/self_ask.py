@@ -28,6 +28,7 @@ from arag.programs.frame.registry import register
 from arag.signatures.answering import AnswerFromPassages
 from arag.signatures.generation import AnswerFromFollowUps
 from arag.signatures.queries import NextFollowUp
+from arag.trace import FollowUp, Stop, StopReason, steps_of, stop_reason
 
 MAX_FOLLOW_UPS = Param("max_follow_ups", 5, "cap on the follow-up questions per answer", low=1, high=20,
                        searched=True, search_range=(1, 5))
@@ -87,6 +88,7 @@ class SelfAsk(RAGProgram):
     """Self-Ask: follow-up sub-questions, each retrieved and answered, then the final answer."""
 
     name = "self-ask"
+    lm_calls_formula = "decisions + intermediate answers + 1"
     follows = ("the paper (Press et al., 2022) with retrieval, as FLARE's baseline; the paper's few-shot prompt as "
                "DSPy signatures shown three written worked examples (demos=false: zero-shot)")
     params = (FLARE_SETTING_K, MAX_FOLLOW_UPS, DEMOS)
@@ -100,24 +102,29 @@ class SelfAsk(RAGProgram):
             self.next_follow_up.demos = [demo for chain in WRITTEN_CHAINS for demo in chain.decisions()]
             self.answer_question.demos = [chain.final_answer() for chain in WRITTEN_CHAINS]
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        follow_ups = len(steps_of(trace, FollowUp))
+        decisions = follow_ups + (stop_reason(trace) != StopReason.FOLLOW_UP_CAP)
+        return decisions + follow_ups + 1
+
     def run(self, question: str) -> dict:
         chain: list[str] = []
         asked: set[str] = set()
-        stop = "the follow-up cap is reached"
+        stop = StopReason.FOLLOW_UP_CAP
         for _ in range(self.max_follow_ups):
             decision = self.next_follow_up(question=question, follow_ups=chain)
             follow_up = decision.follow_up.strip()
             if not decision.needs_follow_up or not follow_up:
-                stop = "no follow-up is needed"
+                stop = StopReason.NO_FOLLOW_UP
                 break
             if follow_up.lower() in asked:
-                stop = "a follow-up was asked again"
+                stop = StopReason.FOLLOW_UP_REPEATED
                 break
             asked.add(follow_up.lower())
             passages = self.retrieve(follow_up, why="follow-up question")
             intermediate = self.answer_follow_up(passages=format_passages(passages), question=follow_up).answer
-            self.note("follow_up", question=follow_up, intermediate_answer=intermediate,
-                      passage_ids=[p.id for p in passages])
+            self.note(FollowUp(question=follow_up, intermediate_answer=intermediate,
+                               passage_ids=[p.id for p in passages]))
             chain.append(chain_entry(follow_up, intermediate))
-        self.note("stop", reason=stop, follow_ups=len(chain))
+        self.note(Stop(reason=stop, follow_ups=len(chain)))
         return {"answer": self.answered(self.answer_question(question=question, follow_ups=chain))}

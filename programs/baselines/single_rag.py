@@ -12,11 +12,15 @@ from arag.signatures import AnswerFromPassages
 @register
 class SingleRAG(RAGProgram):
     name = "single-rag"
+    lm_calls_formula = "1 answer"
     params = (passages_per_retrieval(5, searched=True, search_range=(1, 20)), REASONING)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         self.generate_answer = predictor(AnswerFromPassages, self.reasoning)
+
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return 1
 
     def run(self, question: str) -> dict:
         passages = self.retrieve(question, why="question")

@@ -21,7 +21,7 @@ from arag.programs.crag.refinement import STRIP_MODES, refine
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.retrievers.web import Document, open_knowledge_search
 from arag.signatures.queries import RewriteAsKeywords
-from arag.trace import current_trace, note
+from arag.trace import Action, Evaluate, Refine, Rewrite, Search, current_trace, note, steps_of
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
 UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0,
@@ -73,6 +73,14 @@ def check_thresholds(program: str, config: dict) -> None:
         )
 
 
+def correction_lm_calls(trace: list[dict]) -> int:
+    """The LM calls of the corrective step with scorer=lm: a judgement per graded document and per strip, and
+    the keyword rewrite."""
+    graded = sum(len(step["scores"]) for step in steps_of(trace, Evaluate))
+    strips = sum(len(step["strip_scores"]) for step in steps_of(trace, Refine))
+    return graded + strips + len(steps_of(trace, Rewrite))
+
+
 class KnowledgeCorrector(dspy.Module):
     """CRAG's corrective step, shared by `crag` and `self-crag`: grade the retrieved documents, pick the
     action, then refine them (Correct), search for knowledge (Incorrect), or both (Ambiguous)."""
@@ -96,11 +104,11 @@ class KnowledgeCorrector(dspy.Module):
     def correct(self, question: str, passages: list[Passage]) -> tuple[str, list[str]]:
         """The action taken and the corrected knowledge (strips), recorded in the trace."""
         scores = self.evaluator.score(question, [p.long_text for p in passages])
-        note("evaluate", scorer=str(self.evaluator),
-             scores=[{"id": p.id, "title": p.title, "score": round(s, 4)} for p, s in zip(passages, scores)])
+        note(Evaluate(scorer=str(self.evaluator),
+                      scores=[{"id": p.id, "title": p.title, "score": round(s, 4)} for p, s in zip(passages, scores)]))
         action = trigger(scores, self.upper, self.lower)
-        note("action", action=action, max_score=round(max(scores), 4) if scores else None,
-             upper=self.upper, lower=self.lower)
+        note(Action(action=action, max_score=round(max(scores), 4) if scores else None,
+                    upper=self.upper, lower=self.lower))
         knowledge: list[str] = []
         if action in (CORRECT, AMBIGUOUS):
             knowledge += self.refine_knowledge(question, passages, source="retrieved")
@@ -121,15 +129,15 @@ class KnowledgeCorrector(dspy.Module):
             mode = self.strip_mode
             refinement = refine(question, passages, self.evaluator, mode=mode, top_k=self.strips_top_k,
                                 threshold=self.strip_threshold)
-        note("refine", source=source, mode=mode, refinement=self.refinement,
-             strip_scores=[round(strip.score, 4) for strip in refinement.strips],
-             kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept])
+        note(Refine(source=source, mode=mode, refinement=self.refinement,
+                    strip_scores=[round(strip.score, 4) for strip in refinement.strips],
+                    kept=[{"source": s.source, "text": s.text, "score": round(s.score, 4)} for s in refinement.kept]))
         return refinement.knowledge
 
     def search_knowledge(self, question: str) -> list[str]:
         """Knowledge searching: keyword rewrite, search, refinement of what was found."""
         if self.knowledge_search is None:
-            note("search", skipped=True, reason="web=none: no knowledge search configured")
+            note(Search(skipped=True, reason="web=none: no knowledge search configured"))
             return []
         query = self.keyword_query(question)
         documents = self.knowledge_search.search(query, self.web_k)
@@ -141,10 +149,10 @@ class KnowledgeCorrector(dspy.Module):
         """At most three keywords joined by commas; the question itself when the rewrite is empty."""
         keywords = [k.strip() for k in self.rewrite_query(question=question).keywords if k.strip()][:MAX_KEYWORDS]
         if not keywords:
-            note("rewrite", query=question, reason="the rewrite was empty: searching with the question")
+            note(Rewrite(query=question, reason="the rewrite was empty: searching with the question"))
             return question
         query = ", ".join(keywords)
-        note("rewrite", query=query)
+        note(Rewrite(query=query))
         return query
 
     def record_search(self, query: str, documents: list[Document]) -> None:
@@ -153,5 +161,5 @@ class KnowledgeCorrector(dspy.Module):
         if trace is None:
             return
         found = [Passage(document.url, document.title, document.snippet) for document in documents]
-        step = trace.retrieval(query, found, why=f"knowledge search ({self.knowledge_search})", k=self.web_k)
-        step["documents"] = [document.summary() for document in documents]
+        trace.retrieval(query, found, why=f"knowledge search ({self.knowledge_search})", k=self.web_k,
+                        documents=[document.summary() for document in documents])

@@ -36,17 +36,20 @@ from arag.programs.crag.correction import (
     THRESHOLD_PRESETS,
     KnowledgeCorrector,
     check_thresholds,
+    correction_lm_calls,
 )
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.predictors import REASONING, predictor
 from arag.programs.frame.registry import register
 from arag.signatures.answering import AnswerFromKnowledge
 from arag.signatures.knowledge import AnswerFromRefinedKnowledge
+from arag.trace import AnswerFromQuestion
 
 
 @register
 class CRAG(RAGProgram):
     name = "crag"
+    lm_calls_formula = "k judgements + strips + rewrite + 1"
     follows = ("the paper (Yan et al., 2024) by default; --preset official-popqa / official-pubhealth and "
                "refinement=official: the official scripts (HuskyInSalt/CRAG, scripts/CRAG_Inference.py)")
     params = (CRAG_K, *CORRECTION_PARAMS, REASONING)
@@ -61,12 +64,15 @@ class CRAG(RAGProgram):
     def check_params(self, config):
         check_thresholds(self.name, config)
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        return correction_lm_calls(trace) + 1
+
     def run(self, question: str) -> dict:
         passages = self.retrieve(question, why="question")
         action, knowledge = self.corrector.correct(question, passages)
         if knowledge:
             prediction = self.generate_answer(question=question, knowledge=knowledge)
         else:
-            self.note("answer_from_question", reason=f"no knowledge after the {action} action")
+            self.note(AnswerFromQuestion(reason=f"no knowledge after the {action} action"))
             prediction = self.answer_from_question(question=question)
         return {"answer": self.answered(prediction), "action": action, "knowledge": knowledge}

@@ -40,7 +40,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param
 from arag.programs.frame.sentences import ends_with_final_answer, final_answer, split_sentences
 from arag.signatures.generation import ContinueAnswer
-from arag.trace import shown_probability
+from arag.trace import Answer, PieceStep, Sentence, Stop, StopReason, shown_probability, steps_of, stop_reason
 
 LOOKAHEAD_TOKENS = Param("lookahead_tokens", 64, "tokens drafted per step, of which the first sentence is kept",
                          low=4, high=1024)
@@ -88,7 +88,7 @@ class LongAnswer:
     def finish(self, program: RAGProgram) -> dict:
         """The short answer read from the long one ("So the answer is X."), and the long one."""
         short = final_answer(self.text)
-        program.note("answer", answer=short)
+        program.note(Answer(answer=short))
         return {"answer": short, "long_answer": self.text}
 
 
@@ -97,12 +97,16 @@ class ActiveGeneration(RAGProgram):
     is written) and `review` (from the draft), and may change the piece (`cut`, `draft_tokens`), when to
     stop (`stop_reason`) and the result (`finish`)."""
 
-    piece_step: ClassVar[str] = "sentence"
+    piece_step: ClassVar[type[PieceStep]] = Sentence
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
         # top_logprobs too: some servers (llama-cpp-python) return no log-probabilities for logprobs alone
         self.continue_answer = dspy.Predict(ContinueAnswer, logprobs=True, top_logprobs=1)
+
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """One draft per piece, plus the empty draft with which the model ends its answer."""
+        return len(steps_of(trace, self.piece_step)) + (stop_reason(trace) == StopReason.MODEL_ENDED)
 
     def run(self, question: str) -> dict:
         answer = LongAnswer(question, self.retrieve(question, why="question"))
@@ -111,17 +115,17 @@ class ActiveGeneration(RAGProgram):
             self.before_drafting(answer, step)
             draft = self.draft(answer)
             if not draft.text:
-                stop = "the model ended its answer"
+                stop = StopReason.MODEL_ENDED
                 break
             piece = self.review(answer, draft, step)
             answer.add(piece)
             tokens = shown_tokens(piece.tokens)
             kept = {"tokens": tokens} if tokens != step.get("lookahead_tokens") else {}
-            self.note(self.piece_step, **step, text=piece.text, **kept)
+            self.note(self.piece_step(**step, text=piece.text, **kept))
             stop = self.stop_reason(answer)
             if stop:
                 break
-        self.note("stop", reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used)
+        self.note(Stop(reason=stop, pieces=len(answer.pieces), tokens=answer.tokens_used))
         return self.finish(answer)
 
     def finish(self, answer: LongAnswer) -> dict:
@@ -170,11 +174,11 @@ class ActiveGeneration(RAGProgram):
         step.update(retrieved=True, queries=list(queries), passage_ids=[p.id for p in merged])
         return merged
 
-    def stop_reason(self, answer: LongAnswer) -> str | None:
+    def stop_reason(self, answer: LongAnswer) -> StopReason | None:
         if ends_with_final_answer(answer.text):
-            return "the answer gave its final answer"
+            return StopReason.FINAL_ANSWER
         if answer.tokens_used >= self.max_tokens:
-            return "the token budget is spent"
+            return StopReason.TOKEN_BUDGET
         return None
 
 

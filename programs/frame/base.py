@@ -12,7 +12,7 @@ from arag.lm import field_logprobs
 from arag.passages import Passage
 from arag.programs.frame.params import Param, resolve_params
 from arag.retrievers.base import Retriever, as_retriever
-from arag.trace import current_trace, note, recording, shown_probability
+from arag.trace import ABSENT, Answer, Step, current_trace, note, recording, shown_probability
 
 MAX_LM_CALLS_SETTING = "arag_max_lm_calls"  # dspy.context(arag_max_lm_calls=N): the cap on one question's LM calls
 BASE_LM_CALLS, LM_CALLS_PER_PASSAGE = 100, 10
@@ -32,6 +32,7 @@ class RAGProgram(dspy.Module):
     follows: ClassVar[str] = ""  # what follows the paper and what the official code (details: the module docstring)
     departures: ClassVar[Sequence[str]] = ()  # each choice kept against the paper or the official code, with its source
     needs_retriever: ClassVar[bool] = True
+    lm_calls_formula: ClassVar[str] = ""  # the LM calls the algorithm requires, in words (`required_lm_calls`)
 
     def __init__(self, retriever: Retriever | None = None, *, preset: str | None = None, **params: Any) -> None:
         super().__init__()
@@ -100,6 +101,11 @@ class RAGProgram(dspy.Module):
     def run(self, question: str) -> dict[str, Any]:
         raise NotImplementedError
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """The LM calls this program's algorithm requires for the steps its trace records: the cost benchmark
+        flags every call beyond them (a retry, a parse fallback, or a bug)."""
+        raise NotImplementedError(f"{self.name}: no required_lm_calls for its trace")
+
     def retrieve(self, query: str, k: int | None = None, *, why: str) -> list[Passage]:
         """Retrieve the top-k passages for `query`, recording the call and the reason for it."""
         k = self.k if k is None else k
@@ -113,14 +119,12 @@ class RAGProgram(dspy.Module):
         """Record the final answer as an `answer` step (with its lowest and mean token probability
         when the LM returned log-probabilities) and return its text."""
         text = prediction[field]
-        step = self.note("answer", answer=text)
-        if prediction.get("logprobs"):
-            probs = [t.prob for t in field_logprobs(prediction, field)]
-            if probs:
-                step.update(min_token_prob=shown_probability(min(probs)),
-                            mean_token_prob=shown_probability(sum(probs) / len(probs)))
+        probs = [t.prob for t in field_logprobs(prediction, field)] if prediction.get("logprobs") else []
+        lowest, mean = (shown_probability(min(probs)), shown_probability(sum(probs) / len(probs))) if probs \
+            else (ABSENT, ABSENT)
+        self.note(Answer(answer=text, min_token_prob=lowest, mean_token_prob=mean))
         return text
 
-    def note(self, step: str, **data: Any) -> dict[str, Any]:
-        """Record a step (a judgement, a decision, a generated sentence) in the active trace."""
-        return note(step, **data)
+    def note(self, step: Step) -> None:
+        """Record a complete step (a judgement, a decision, a generated sentence) in the active trace."""
+        note(step)

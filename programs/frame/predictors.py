@@ -6,7 +6,7 @@ import dspy
 from dspy.utils.exceptions import AdapterParseError
 
 from arag.programs.frame.params import Param
-from arag.trace import note
+from arag.trace import Unreadable, note
 
 REASONING = Param("reasoning", "cot", "think step by step before the answer (cot) or answer directly",
                   choices=("cot", "direct"), tunable=False)
@@ -24,7 +24,7 @@ def judged(predictor: dspy.Module, fallback: str, **inputs) -> dspy.Prediction |
     try:
         return predictor(**inputs)
     except AdapterParseError as exc:
-        note("unreadable", signature=predictor.signature.__name__, fallback=fallback,
-             error=str(exc).splitlines()[0][:300])
+        note(Unreadable(signature=predictor.signature.__name__, fallback=fallback,
+                        error=str(exc).splitlines()[0][:300]))
         return None
 

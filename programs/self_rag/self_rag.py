@@ -67,6 +67,8 @@ from arag.programs.self_rag.critics import (
     Segment,
     join_texts,
 )
+from arag.trace import Beam, Chosen, ClosedSet, Dropped, NoEvidence, RetrievalDecision, steps_of
+from arag.trace import Candidate as CandidateStep
 
 MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delta), always, never",
              choices=("adaptive", "always", "never"), tunable=False)
@@ -106,6 +108,7 @@ class SelfRAG(RAGProgram):
     """Self-RAG: on-demand retrieval, critiqued candidates per passage, segment-level beam search."""
 
     name = "self-rag"
+    lm_calls_formula = "decisions + candidates x (1 + critiques)"
     follows = ("the paper (Asai et al., 2023), the segment score as the official run_short_form.py computes it; "
                "retrieve_rule=long-form: the official run_long_form_static.py")
     departures = ("w_use=0.5, the paper's; the official run_short_form.py defaults --w_use to 1.0",
@@ -123,6 +126,11 @@ class SelfRAG(RAGProgram):
             raise ConfigError(f"{self.name}: parameter 'assume_chosen_label' applies to critics=prompted; "
                               "reflection-token critics always read the model's log-probabilities")
 
+    def required_lm_calls(self, trace: list[dict]) -> int:
+        """A retrieval decision where one was asked, and per candidate one write and one call per critique."""
+        decisions = sum("p_retrieve" in step for step in steps_of(trace, RetrievalDecision))
+        return decisions + sum(1 + len(step["critiques"]) for step in steps_of(trace, CandidateStep))
+
     def run(self, question: str) -> dict:
         beam: list[Path] = [()]
         finished: list[Path] = []
@@ -131,13 +139,13 @@ class SelfRAG(RAGProgram):
             finished += [path for path in children if path[-1].done]
             open_paths = sorted((path for path in children if not path[-1].done), key=path_score, reverse=True)
             beam = open_paths[: self.beam_width]
-            self.note("beam", depth=depth, kept=[path[-1].id for path in beam],
-                      finished=[path[-1].id for path in children if path[-1].done])
+            self.note(Beam(depth=depth, kept=[path[-1].id for path in beam],
+                           finished=[path[-1].id for path in children if path[-1].done]))
             if not beam:
                 break
         best = self.choose(finished)
-        self.note("chosen", path=[c.id for c in best], score=round(path_score(best), 6),
-                  passages=[c.segment.passage and c.segment.passage.id for c in best])
+        self.note(Chosen(path=[c.id for c in best], score=round(path_score(best), 6),
+                         passages=[c.segment.passage and c.segment.passage.id for c in best]))
         return {"answer": self.answered(dspy.Prediction(answer=answer_text(best)))}
 
     def expand(self, question: str, path: Path, depth: int) -> list[Path]:
@@ -153,8 +161,8 @@ class SelfRAG(RAGProgram):
             kept = self.admissible(children)
             if kept:
                 return kept
-            self.note("no_evidence", depth=depth, parent=parent_id(path),
-                      reason="every candidate was dropped" if children else "no passage was found")
+            self.note(NoEvidence(depth=depth, parent=parent_id(path),
+                                 reason="every candidate was dropped" if children else "no passage was found"))
         elif action == "continue":
             children = [self.candidate(question, path, path[-1].segment.passage, depth, 1, last, continued=True)]
             if self.admissible(children):
@@ -168,7 +176,7 @@ class SelfRAG(RAGProgram):
         retrieve when (p(yes) + p(continue)) / (p(yes) + p(no)) > delta."""
         if self.mode != "adaptive":
             action = "retrieve" if self.mode == "always" else "no"
-            self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, decision=action)
+            self.note(RetrievalDecision(depth=depth, parent=parent_id(path), mode=self.mode, decision=action))
             return action
         probabilities = self.backend.retrieval(question, segments_of(path))
         rule = self.retrieve_rule if path else "normalised"  # before the first segment the two rules agree
@@ -186,9 +194,9 @@ class SelfRAG(RAGProgram):
             action = "continue"
         else:
             action = "no"
-        self.note("retrieval_decision", depth=depth, parent=parent_id(path), mode=self.mode, rule=rule,
-                  p_retrieve=round(p_retrieve, 6), delta=self.delta, probabilities=rounded(probabilities),
-                  decision=action)
+        self.note(RetrievalDecision(depth=depth, parent=parent_id(path), mode=self.mode, rule=rule,
+                                    p_retrieve=round(p_retrieve, 6), delta=self.delta,
+                                    probabilities=rounded(probabilities), decision=action))
         return action
 
     def evidence(self, question: str, query: str, depth: int) -> list[Passage]:
@@ -208,12 +216,12 @@ class SelfRAG(RAGProgram):
         child = Candidate(f"{path[-1].id}.{number}" if path else str(number), segment, score,
                           done=segment.finished or last)
         extended = (*path, child)
-        self.note("candidate", id=child.id, depth=depth, passage=passage and passage.id, continued=continued,
-                  text=segment.text, sequence_score=round(segment.sequence_score, 6),
-                  sequence_prob=round(math.exp(segment.sequence_score), 6),
-                  critiques={group: rounded(probs) for group, probs in segment.critiques.items()},
-                  **{name: round(value, 6) for name, value in parts.items()},
-                  score=round(score, 6), path_score=round(path_score(extended), 6), done=child.done)
+        self.note(CandidateStep(
+            id=child.id, depth=depth, passage=passage and passage.id, continued=continued, text=segment.text,
+            sequence_score=round(segment.sequence_score, 6), sequence_prob=round(math.exp(segment.sequence_score), 6),
+            critiques={group: rounded(probs) for group, probs in segment.critiques.items()},
+            **{name: round(value, 6) for name, value in parts.items()},
+            score=round(score, 6), path_score=round(path_score(extended), 6), done=child.done))
         return extended
 
     def admissible(self, children: list[Path]) -> list[Path]:
@@ -223,7 +231,7 @@ class SelfRAG(RAGProgram):
         kept = [path for path in children if not undesirable(path[-1].segment)]
         dropped = [path[-1].id for path in children if undesirable(path[-1].segment)]
         if dropped:
-            self.note("dropped", ids=dropped, reason="judged irrelevant or unsupported (hard constraints)")
+            self.note(Dropped(ids=dropped, reason="judged irrelevant or unsupported (hard constraints)"))
         return kept
 
     def choose(self, finished: list[Path]) -> Path:
@@ -237,7 +245,7 @@ class SelfRAG(RAGProgram):
             totals[key] += path_score(path)
             if key not in best_of or path_score(path) > path_score(best_of[key]):
                 best_of[key] = path
-        self.note("closed_set", totals={key: round(total, 6) for key, total in totals.items()})
+        self.note(ClosedSet(totals={key: round(total, 6) for key, total in totals.items()}))
         return best_of[max(totals, key=totals.get)]
 
 

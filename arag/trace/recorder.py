@@ -1,8 +1,8 @@
-"""One trace format for every program: the steps it took, and what it cost.
+"""The recorder: the steps a program call took, and what it cost.
 
-A program runs inside `recording()`; its steps append to the active `Trace`, and DSPy's
-callbacks and usage tracker count the LM calls and tokens made meanwhile. Every step is a
-plain JSON-ready dict whose `step` key names its kind (`retrieve`, `generate`, `judge`, ...).
+A program runs inside `recording()`; its steps (records of the kinds declared in `arag.trace.steps`) append
+to the active `Trace` as JSON objects, and DSPy's callbacks and usage tracker count the LM calls and tokens
+made meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dspy.utils.callback import BaseCallback
 
 from arag.errors import LMCallBudgetSpent
 from arag.passages import Passage
+from arag.trace.record import ABSENT, Step
+from arag.trace.steps import Retrieve
 
 _active: contextvars.ContextVar["Trace | None"] = contextvars.ContextVar("arag_trace", default=None)
 
@@ -36,28 +38,24 @@ class Trace:
         self.calls_begun = 0
         self._lock = threading.Lock()
 
-    def add(self, step: str, **data: Any) -> dict[str, Any]:
-        """Append one step; returns its dict so later facts can be added to it."""
-        entry = {"step": step, **data}
+    def add(self, step: Step) -> None:
+        """Append one complete step."""
+        entry = step.as_json()
         with self._lock:
             self.steps.append(entry)
-        return entry
 
-    def retrieval(self, query: str, passages: Sequence[Passage], *, why: str, k: int) -> dict[str, Any]:
-        """Record one retriever call: the query, why it was made, and which passages were new."""
+    def retrieval(self, query: str, passages: Sequence[Passage], *, why: str, k: int,
+                  cut_ids: list[str] = ABSENT, documents: list[dict[str, Any]] = ABSENT) -> None:
+        """Record one retriever call: the query, why it was made, and which passages were new (`cut_ids` and
+        `documents` as `Retrieve` declares them)."""
         counts = self.counted_in()
         with counts._lock:
             counts.retrieval_calls += 1
             new = [p.id for p in passages if p.id not in counts.passage_ids]
             counts.passage_ids.update(new)
-        return self.add(
-            "retrieve",
-            why=why,
-            query=query,
-            k=k,
-            passages=[{"id": p.id, "title": p.title, "score": round(float(p.score), 4)} for p in passages],
-            new_ids=new,
-        )
+        shown = [{"id": p.id, "title": p.title, "score": round(float(p.score), 4)} for p in passages]
+        self.add(Retrieve(why=why, query=query, k=k, passages=shown, new_ids=new, cut_ids=cut_ids,
+                          documents=documents))
 
     def counted_in(self) -> Trace:
         """The trace whose counts this one's calls add to: itself."""
@@ -138,10 +136,11 @@ def current_trace() -> Trace | None:
     return _active.get()
 
 
-def note(step: str, **data: Any) -> dict[str, Any]:
-    """Record a step in the active trace (a plain dict when no program call is recording)."""
+def note(step: Step) -> None:
+    """Record a complete step in the active trace (nothing when no program call is recording)."""
     trace = _active.get()
-    return trace.add(step, **data) if trace is not None else {"step": step, **data}
+    if trace is not None:
+        trace.add(step)
 
 
 @contextmanager

@@ -1,0 +1,64 @@
+"""What every step of a trace is: a frozen record of one kind, written once, recorded as a JSON object."""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class _Absent:
+    """The value of an optional fact a step does not record: the key is left out of its JSON object."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+
+STEP_KINDS: dict[str, type[Step]] = {}  # kind -> its record class, filled as the kinds are declared
+
+
+class DescribedEnum(str, Enum):
+    """An enumeration whose members are short stable identifiers (the JSON value) with a sentence each."""
+
+    description: str
+
+    def __new__(cls, value: str, description: str) -> DescribedEnum:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.description = description
+        return member
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def declared(cls: type[Step]) -> type[Step]:
+    """A step kind's class as a frozen, keyword-only dataclass."""
+    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of a program call. A subclass declares one kind (`@declared class Answer(Step, kind="answer")`);
+    a field whose default is `ABSENT` is an optional fact, left out when not given."""
+
+    kind: ClassVar[str]
+
+    def __init_subclass__(cls, kind: str | None = None, **rest: Any) -> None:
+        super().__init_subclass__(**rest)
+        if kind is not None:
+            if kind in STEP_KINDS:
+                raise TypeError(f"step kind {kind!r} is declared twice")
+            cls.kind = kind
+            STEP_KINDS[kind] = cls
+
+    def as_json(self) -> dict[str, Any]:
+        """The step as a trace holds it: `{"step": kind, fact: value, ...}`, enumerations as their values."""
+        entry: dict[str, Any] = {"step": self.kind}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not ABSENT:
+                entry[field.name] = value.value if isinstance(value, Enum) else value
+        return entry
