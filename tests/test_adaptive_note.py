@@ -15,9 +15,7 @@ from arag.evaluate import fair_top_k
 from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
-from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
-
-from fakes import PassageTemplate, TemplateRetriever
+from arag.testing import OpenAICompatibleServer, PassageTemplate, TemplateRetriever, Tokens, scripted_lm
 
 QUESTION = "Which city hosts the headquarters of the company that makes the Zephyr kettle?"
 

@@ -11,9 +11,7 @@ from arag.cli import main
 from arag.errors import ConfigError
 from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router
 from arag.programs.frame.registry import build_program
-from arag.testing import Tokens, scripted_lm
-
-from fakes import TemplateRetriever
+from arag.testing import TemplateRetriever, Tokens, scripted_lm
 
 QUESTION = "Which city is the capital of the country where the Danube ends?"
 

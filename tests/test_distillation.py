@@ -14,9 +14,7 @@ from arag.evaluate import evaluate
 from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
 from arag.programs.genground import GenGround
 from arag.signatures.grounding import GroundAnswer
-from arag.testing import scripted_lm
-
-from fakes import TemplateRetriever
+from arag.testing import TemplateRetriever, scripted_lm
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
 

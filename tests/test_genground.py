@@ -13,9 +13,7 @@ from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
-from arag.testing import OpenAICompatibleServer, scripted_lm
-
-from fakes import TemplateRetriever
+from arag.testing import OpenAICompatibleServer, TemplateRetriever, scripted_lm
 
 
 def _with_reasoning(call, fields):

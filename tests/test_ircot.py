@@ -12,9 +12,7 @@ from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence
 from arag.programs.frame.registry import get_program
 from arag.programs.ircot import IRCoT
-from arag.testing import scripted_lm
-
-from fakes import FOUND_FOR, FixedRetriever, TemplateRetriever
+from arag.testing import FOUND_FOR, FixedRetriever, TemplateRetriever, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
 READ = "Chief of Protocol"

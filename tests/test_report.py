@@ -20,9 +20,16 @@ from arag.programs import build_program
 from arag.programs.frame.sentences import split_sentences
 from arag.report import comparison, disagree, pareto_front, question_table, render_html, report_data
 from arag.runs import load_runs
-from arag.testing import Scripted, Tokens, isolated_cache, scripted_lm
-
-from fakes import FOUND_FOR, NUMBERED, FixedRetriever, TemplateRetriever
+from arag.testing import (
+    FOUND_FOR,
+    NUMBERED,
+    FixedRetriever,
+    Scripted,
+    TemplateRetriever,
+    Tokens,
+    isolated_cache,
+    scripted_lm,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,7 @@ from arag.errors import ConfigError
 from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import Scripted, Tokens, scripted_lm
-
-from fakes import FixedRetriever
+from arag.testing import FixedRetriever, Scripted, Tokens, scripted_lm
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")

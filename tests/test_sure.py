@@ -9,9 +9,7 @@ import arag.programs.sure  # noqa: F401  (registers the program)
 from arag.errors import ConfigError
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.sure import SuRe, best, distinct_candidates
-from arag.testing import GARBAGE_TEXT, Tokens, scripted_lm
-
-from fakes import TemplateRetriever
+from arag.testing import GARBAGE_TEXT, TemplateRetriever, Tokens, scripted_lm
 
 QUESTION = "Which city hosted the 1900 Summer Olympics?"
 GARBAGE = object()

@@ -28,9 +28,7 @@ from arag.retrievers.web import (
     page_paragraphs,
     refuse_non_public,
 )
-from arag.testing import Tokens, scripted_lm
-
-from fakes import FixedRetriever
+from arag.testing import FixedRetriever, Tokens, scripted_lm
 
 ARTICLE = """<!doctype html><html><head><title>Ada Lovelace - Encyclopedia</title>
 <script>var tracking = "<p>this script paragraph must never be read as text</p>";</script>
