@@ -133,11 +133,12 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     from arag.data import load_examples
     from arag.data._io import check_output_folder
     from arag.data.metrics import get_metric
-    from arag.evaluate import check_run_folder, evaluate, fair_top_k
+    from arag.evaluate import evaluate, fair_top_k
     from arag.optimizers.saving import check_addresses, load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
+    from arag.runs import check_run_folder
 
     check_run_folder(check_output_folder(out_dir))
     saved = read_compiled(compiled) if compiled else None
@@ -260,8 +261,8 @@ def table_command(runs: tuple[str, ...], baseline: str | None, metrics: tuple[st
     """Print RUNS (folders written by `arag eval --out`) as a Markdown table: questions, failures, mean metrics,
     each run's difference from --baseline on the same questions with a 95 % paired bootstrap interval, and LM
     calls, tokens, retrievals and seconds per question."""
-    from arag.report import load_runs
-    from arag.runs_table import markdown, table_rows
+    from arag.runs import load_runs
+    from arag.runs.table import markdown, table_rows
 
     loaded = load_runs(runs)
     names = {str(Path(run.path).resolve()): run.name for run in loaded}

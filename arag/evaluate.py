@@ -3,21 +3,16 @@
 Rows are appended to `predictions.jsonl` as examples finish, so a kill loses only the examples
 in flight; rerunning with the same output folder skips every example already answered. One process
 at a time holds a run folder (an exclusive lock on its `run.lock`); a folder with rows but no
-`run.json` was not written by arag and is refused.
+`run.json` was not written by arag and is refused. `arag.runs.folder` reads and writes the folder's files.
 """
 
 from __future__ import annotations
 
 import contextvars
-import errno
-import fcntl
 import json
 import math
-import os
-import socket
 import time
 import warnings
-from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -25,21 +20,15 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import dspy
-import ujson
 from tqdm import tqdm
 
-from arag.data._io import write_atomic
 from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
 from arag.programs.frame.base import MAX_LM_CALLS_SETTING
+from arag.runs import COUNTS, SUMMARY, RunFolder, summarize
 
-PREDICTIONS = "predictions.jsonl"
-SUMMARY = "summary.json"
-RUN = "run.json"
-LOCK = "run.lock"
 MAX_ERRORS = 10  # failed examples in a row that stop a run: the setup, not the questions, is likely at fault
-COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
 
 
 @dataclass
@@ -80,7 +69,7 @@ def evaluate(
         raise ConfigError(f"threads must be at least 1, got {threads}")
     _check_unique_ids(devset)
     require_lm()
-    store = _RowStore(Path(out_dir), run_info or {}) if out_dir is not None else None
+    store = RunFolder(Path(out_dir), run_info or {}) if out_dir is not None else None
     with store or nullcontext():
         finished = store.finished() if store else {}
         attempts = store.attempts() if store else {}
@@ -182,28 +171,6 @@ def _rollout(attempt: int) -> Iterator[None]:
         yield
 
 
-def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
-              run_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Mean metrics (failed examples score 0), total and mean counts, and the run's description."""
-    n = len(rows)
-    metric_names = sorted({name for row in rows for name in row["metrics"]})
-    means = {name: sum(row["metrics"].get(name, 0.0) for row in rows) / n if n else 0.0 for name in metric_names}
-    totals = {c: sum(int(row.get(c, 0)) for row in rows) for c in COUNTS}
-    return {
-        **(run_info or {}),
-        "n": n,
-        "n_total": n_total,
-        "complete": n == n_total,
-        "n_failed": sum("error" in row for row in rows),
-        "failures": dict(Counter(row["error_kind"] for row in rows if "error" in row and row.get("error_kind"))),
-        "metrics": means,
-        "totals": totals,
-        "per_question": {c: totals[c] / n if n else 0.0 for c in COUNTS},
-        "seconds_per_question": round(sum(row.get("seconds", 0.0) for row in rows) / n, 3) if n else 0.0,
-        "wall_time_s": round(wall_time, 3),
-    }
-
-
 def _check_unique_ids(devset: Iterable[dspy.Example]) -> None:
     seen: set[str] = set()
     for ex in devset:
@@ -223,165 +190,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return _jsonable(value.model_dump())
     return str(value)
-
-
-class _RowStore:
-    """predictions.jsonl (append-only, one flushed line per example), run.json and summary.json, in a folder this
-    process holds locked from construction to `release()`."""
-
-    def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
-        self.dir = directory
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
-        self.path = directory / PREDICTIONS
-        self._file = None
-        _previous_run(directory)  # a folder that is not a run of arag's gets no lock file either
-        self._lock = _lock_folder(directory)
-        try:
-            self._check_run(run_info)
-            self._drop_partial_last_line()
-        except BaseException:
-            self.release()
-            raise
-
-    def _check_run(self, run_info: dict[str, Any]) -> None:
-        previous = _previous_run(self.dir)
-        if previous is not None:
-            changed = {k for k in set(previous) | set(run_info) if previous.get(k) != run_info.get(k)}
-            if changed:
-                raise ConfigError(
-                    f"{self.dir} holds a run with different settings ({', '.join(sorted(changed))}); "
-                    "use another --out, or the same settings to resume it"
-                )
-        else:
-            write_atomic(self.dir / RUN, ujson.dumps(run_info, indent=2))
-
-    def _drop_partial_last_line(self) -> None:
-        """A kill mid-write can leave half a line; cut it so appends stay line-aligned."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            with open(self.path, "r+b") as f:
-                f.truncate(data.rfind(b"\n") + 1)
-
-    def finished(self) -> dict[str, dict[str, Any]]:
-        """Rows already answered (failed ones are run again), by example id."""
-        return {key: row for key, row in self.last_rows().items() if "error" not in row}
-
-    def attempts(self) -> dict[str, int]:
-        """How many times each example has failed so far: the attempt number of its next try."""
-        counts: Counter[str] = Counter()
-        for row in self._all_rows():
-            if "error" in row:
-                counts[row["id"]] += 1
-        return dict(counts)
-
-    def last_rows(self) -> dict[str, dict[str, Any]]:
-        """The last row of each example id in predictions.jsonl."""
-        return {row["id"]: row for row in self._all_rows()}
-
-    def _all_rows(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        if not self.path.exists():
-            return rows
-        with open(self.path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                try:
-                    row = ujson.loads(line)
-                except ValueError:
-                    raise DataError(f"{self.path}:{lineno}: not a JSON row; move the file away to start over") from None
-                if not isinstance(row, dict) or not isinstance(row.get("id"), str) \
-                        or not isinstance(row.get("metrics"), dict):
-                    raise DataError(f"{self.path}:{lineno}: not a row of arag's (an object with a string 'id' and "
-                                    "'metrics'); move the file away to start over")
-                rows.append(row)
-        return rows
-
-    def append(self, row: dict[str, Any]) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")
-        self._file.write(ujson.dumps(row, ensure_ascii=False) + "\n")
-        self._file.flush()
-
-    def close_rows(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def write_summary(self, summary: dict[str, Any]) -> None:
-        write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
-
-    def __enter__(self) -> _RowStore:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.release()
-
-    def release(self) -> None:
-        """Closes the rows file and unlocks the folder."""
-        self.close_rows()
-        if self._lock is not None:
-            os.close(self._lock)  # closing the descriptor releases its lock
-            self._lock = None
-
-
-def check_run_folder(directory: str | Path) -> None:
-    """Fails as `evaluate` would, before a command's set-up work, when the folder is held by another run, is
-    not a run of arag's, or holds a broken run.json (the same checks run again when the run starts)."""
-    directory = Path(directory)
-    if directory.is_dir():
-        _previous_run(directory)
-        os.close(_lock_folder(directory))
-
-
-def _previous_run(directory: Path) -> dict[str, Any] | None:
-    """The run.json of an earlier run in the folder, or None for a folder without rows; links in place of
-    arag's files, and rows or a summary without a run.json (not written by arag) are refused."""
-    for name in (RUN, PREDICTIONS, SUMMARY):
-        if (directory / name).is_symlink():
-            raise ConfigError(f"{directory / name} is a symbolic link; arag writes only files of its own: "
-                              "use another --out")
-    run_path = directory / RUN
-    if not run_path.exists():
-        foreign = [name for name in (PREDICTIONS, SUMMARY) if (directory / name).exists()]
-        if foreign:
-            raise ConfigError(f"{directory} holds {' and '.join(foreign)} but no {RUN}: not a run of arag's; "
-                              "use another --out, or move those files away")
-        return None
-    try:
-        previous = ujson.loads(run_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{run_path}: not valid JSON ({exc}); use another --out") from None
-    if not isinstance(previous, dict):
-        raise DataError(f"{run_path}: not a run description (a JSON object); use another --out")
-    return previous
-
-
-def _lock_folder(directory: Path) -> int:
-    """An exclusive lock on the folder's run.lock (a descriptor, held until closed), which then names this process;
-    a ConfigError naming the holder when another process has it."""
-    path = directory / LOCK
-    try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfigError(f"{path} is a symbolic link; arag writes only files of its own: use another --out") \
-                from None
-        raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(descriptor, 200, 0).decode("utf-8", errors="replace").strip() or "unknown process"
-        os.close(descriptor)
-        raise ConfigError(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
-                          "or use another --out") from None
-    os.ftruncate(descriptor, 0)
-    os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-              .encode(), 0)
-    return descriptor
 
 
 def fair_top_k(summary_path: str | Path) -> int:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from arag.errors import AragError, ConfigError, DataError
-from arag.evaluate import COUNTS, PREDICTIONS, RUN, SUMMARY, summarize
+from arag.errors import AragError, ConfigError
+from arag.runs import COUNTS, Run, load_runs
 from arag.trace import trace_declarations
 
 COSTS = {  # the scatter's cost axes: a comparison row's key and its label
@@ -29,21 +28,8 @@ COSTS = {  # the scatter's cost axes: a comparison row's key and its label
     "retrieval_calls": "retrievals per question",
     "seconds": "seconds per question",
 }
-REQUIRED_ROW_KEYS = ("id", "question", "answers", "metrics", "trace")
 QUESTION_KEYS = ("id", "question", "answers")  # kept once per question, not once per run
 TEMPLATE = "report.html.j2"
-
-
-@dataclass
-class Run:
-    """An evaluation run: its folder, a short name, what was run (run.json), its rows (the last row of each
-    question, as a failed question's retry comes after its failure) and its summary, computed from those rows."""
-
-    path: Path
-    name: str
-    info: dict[str, Any]
-    rows: list[dict[str, Any]]
-    summary: dict[str, Any]
 
 
 @dataclass
@@ -74,114 +60,6 @@ def report(runs: Sequence[str | Path], out: str | Path) -> ReportFile:
     out.write_text(render_html(data), encoding="utf-8")
     coverage = data["coverage"]
     return ReportFile(out, len(loaded), coverage["questions"], coverage["in_every_run"], coverage["per_run"])
-
-
-def load_runs(paths: Sequence[str | Path]) -> list[Run]:
-    """The runs in these folders, named by the shortest path tails that tell them apart."""
-    if not paths:
-        raise ConfigError("no runs given: name one or more run folders (written by `arag eval --out`)")
-    folders = [Path(path) for path in paths]
-    seen: set[Path] = set()
-    for folder in folders:
-        if folder.resolve() in seen:
-            raise ConfigError(f"the run {folder} is given twice")
-        seen.add(folder.resolve())
-    return [load_run(folder, name) for folder, name in zip(folders, run_names(folders))]
-
-
-def run_names(folders: Sequence[Path]) -> list[str]:
-    """Each folder's name, with as many parent folders as it takes to make the names distinct (the folders are
-    distinct)."""
-    parts = [folder.resolve().parts for folder in folders]
-    depth = 1
-    while len(set(names := ["/".join(p[-depth:]) for p in parts])) < len(names):
-        depth += 1
-    return names
-
-
-def load_run(path: str | Path, name: str | None = None) -> Run:
-    """Read a run folder; a ConfigError when it is not one, a DataError naming the file and line of a bad row."""
-    folder = Path(path)
-    if not folder.is_dir():
-        what = "it is a file" if folder.exists() else "it does not exist"
-        raise ConfigError(f"{folder} is not a run folder: {what} (a run is a folder written by `arag eval --out`)")
-    missing = [file for file in (RUN, PREDICTIONS) if not (folder / file).is_file()]
-    if missing:
-        raise ConfigError(f"{folder} is not a run folder: it has no {' and no '.join(missing)} "
-                          "(a run is a folder written by `arag eval --out`)")
-    info = _json_object(folder / RUN)
-    rows = read_rows(folder / PREDICTIONS)
-    written = _json_object(folder / SUMMARY) if (folder / SUMMARY).is_file() else {}
-    n_total = max(int(written.get("n_total") or 0), len(rows))
-    summary = summarize(rows, n_total=n_total, wall_time=float(written.get("wall_time_s") or 0.0), run_info=info)
-    return Run(folder, name or folder.name, info, rows, summary)
-
-
-def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise DataError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path} should hold a JSON object, not {type(value).__name__}")
-    return value
-
-
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a predictions.jsonl, the last one of each question; an unfinished last line (a run still
-    being written) is left out."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    last = lines.pop()  # "" when the file ends with a newline, as evaluate writes it
-    if last.strip() and _parses(last):
-        lines.append(last)  # a whole row without its newline; a half-written one is left out
-    rows: dict[str, dict[str, Any]] = {}
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise DataError(f"{path}:{lineno}: not a JSON row") from None
-        problem = row_problem(row)
-        if problem:
-            raise DataError(f"{path}:{lineno}: malformed prediction row: {problem}")
-        rows[str(row["id"])] = row
-    if not rows:
-        raise DataError(f"{path} holds no rows: the run has not finished a question yet")
-    return list(rows.values())
-
-
-def _parses(line: str) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
-
-
-def row_problem(row: Any) -> str | None:
-    """What makes `row` unlike a row of `arag.evaluate`, or None."""
-    if not isinstance(row, dict):
-        return f"a row is a JSON object, not {type(row).__name__}"
-    missing = [key for key in REQUIRED_ROW_KEYS if key not in row]
-    if missing:
-        return f"it has no {', '.join(missing)}"
-    if not isinstance(row["question"], str):
-        return "question should be text"
-    if not isinstance(row["metrics"], dict) or not all(_is_number(v) for v in row["metrics"].values()):
-        return "metrics should map metric names to numbers"
-    if not isinstance(row["answers"], list):
-        return "answers should be a list of gold answers"
-    if not isinstance(row["trace"], list) or not all(isinstance(s, dict) and "step" in s for s in row["trace"]):
-        return "trace should be a list of steps, each an object with a 'step' name"
-    bad = [key for key in (*COUNTS, "seconds") if key in row and not _is_number(row[key])]
-    if bad:
-        return f"{', '.join(bad)} should be numbers"
-    return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def comparison(runs: Sequence[Run]) -> list[dict[str, Any]]:

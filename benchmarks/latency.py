@@ -3,7 +3,7 @@
     python benchmarks/latency.py [--latency 0.2] [--questions 5] [--programs crag,self-rag,...] [--quick]
 
 Each program answers the first HotpotQA questions one at a time over BM25, against the stand-in scripted
-LM of benchmarks/cost.py whose every call sleeps `--latency` seconds, twice in one run: with
+LM of `arag.testing.stand_in` whose every call sleeps `--latency` seconds, twice in one run: with
 `lm_concurrency=1` (every LM call waits for the one before, as arag ran before its calls inside a question
 were made at once) and with the default limit (independent calls inside a question at once). DSPy's cache
 is off, so every call reaches the LM. Beside them, the algorithm's critical path: its rounds of LM calls
@@ -21,21 +21,30 @@ before (the others) have a critical path of one round per call.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import dspy  # noqa: E402  (cost sets the offline environment first)
-from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import dspy  # noqa: E402
 
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, set_lm_concurrency  # noqa: E402
-from arag.data import load_examples  # noqa: E402
+from arag.data import load_corpus, load_examples  # noqa: E402
 from arag.programs import PROGRAMS, build_program  # noqa: E402
-from arag.testing import isolated_cache, scripted_lm  # noqa: E402
+from arag.retrievers import BM25Retriever  # noqa: E402
+from arag.testing import (  # noqa: E402
+    StandInModel,  # noqa: E402
+    isolated_cache,
+    scripted_lm,
+)
 from arag.trace import Candidate, Evaluate, Refine, RetrievalDecision, Rewrite, steps_of  # noqa: E402
 
+HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
 TARGET = 1.3
 FAN_OUT_PROGRAMS = ("crag", "self-crag", "self-rag")
 
@@ -84,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|")
     ratios = []
     with tempfile.TemporaryDirectory(prefix="arag-latency-") as work, isolated_cache(enabled=False):
-        retriever = hotpotqa_retriever(args.dataset, Path(work))
+        retriever = BM25Retriever.build(load_corpus(args.dataset / "corpus.jsonl"), Path(work) / "bm25")
         for name in names:
             before, _, calls = seconds_per_question(name, retriever, questions, args.latency, 1)
             after, predictions, _ = seconds_per_question(name, retriever, questions, args.latency,

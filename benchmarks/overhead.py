@@ -3,7 +3,7 @@
     python benchmarks/overhead.py [--limit 30] [--programs flare,crag,...] [--cache on|off] [--quick]
 
 Each program answers HotpotQA questions one at a time (BM25 over its corpus) against the stand-in
-scripted LM of benchmarks/cost.py with no latency. `time.process_time` is read around the run,
+scripted LM of `arag.testing.stand_in` with no latency. `time.process_time` is read around the run,
 around every engine call and around every retrieval; framework CPU per LM call is
 
     (run CPU - engine CPU - retrieval CPU) / engine requests
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import sys
 import tempfile
@@ -29,13 +30,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import dspy  # noqa: E402  (cost sets the offline environment first)
-from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from arag.data import load_examples  # noqa: E402
+import dspy  # noqa: E402
+
+from arag.data import load_corpus, load_examples  # noqa: E402
 from arag.programs import PROGRAMS, build_program  # noqa: E402
-from arag.testing import isolated_cache, scripted_lm  # noqa: E402
+from arag.retrievers import BM25Retriever  # noqa: E402
+from arag.testing import StandInModel, isolated_cache, scripted_lm  # noqa: E402
 
+HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
 TARGET_MS = 5.0
 QUICK_QUESTIONS = 2
 QUICK_PROGRAMS = ("single-rag", "flare", "crag")
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     names = args.programs.split(",") if args.programs else sorted(PROGRAMS)
     questions = load_examples(args.dataset / "public.jsonl", limit=args.limit)
     with tempfile.TemporaryDirectory(prefix="arag-overhead-") as work, isolated_cache(enabled=args.cache == "on"):
-        retriever = hotpotqa_retriever(args.dataset, Path(work))
+        retriever = BM25Retriever.build(load_corpus(args.dataset / "corpus.jsonl"), Path(work) / "bm25")
         measure(names[0], retriever, questions[:1])  # imports and first-use set-up are not per-call costs
         results = [measure(name, retriever, questions) for name in names]
         stats, requests = profile(names, retriever, questions[: max(1, len(questions) // 3)])

@@ -43,8 +43,8 @@ import dspy  # noqa: E402
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
-from arag.report import read_rows  # noqa: E402
-from arag.runs_table import markdown, table_rows  # noqa: E402
+from arag.runs import PREDICTIONS, last_rows  # noqa: E402
+from arag.runs.table import markdown, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +93,7 @@ def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
     """The cell's results, with every question the run folder finished since added (the run folder's newer row
     wins: a failure retried); written atomically."""
     kept = read_results(results)
-    predictions = run_dir / "predictions.jsonl"
-    run_rows = read_rows(predictions) if predictions.exists() and predictions.read_text().strip() else []
+    run_rows = last_rows(run_dir) if (run_dir / PREDICTIONS).exists() else []
     changed = False
     for row in run_rows:
         if kept.get(row["id"], {}).get("seconds") != row.get("seconds") or row["id"] not in kept:

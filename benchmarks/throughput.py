@@ -5,7 +5,7 @@
 
 Each program runs through the evaluation harness (`arag.evaluate.evaluate`, the code behind
 `arag eval --threads T`) over HotpotQA questions with BM25 on its corpus, against the stand-in
-scripted LM of benchmarks/cost.py whose every call sleeps `--latency` seconds (a remote LM's
+scripted LM of `arag.testing.stand_in` whose every call sleeps `--latency` seconds (a remote LM's
 wait, no CPU), with DSPy's cache on in a fresh folder as in a real first run (`--cache off` to
 compare). At T threads it answers `rounds` x T questions (4 at 1 thread), so that every worker has
 several questions and the tail is short. An LM-bound program ideally runs T times
@@ -19,20 +19,25 @@ process spent per LM call (all threads), which bounds throughput when Python's G
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import dspy  # noqa: E402  (cost sets the offline environment first)
-from cost import HOTPOTQA, StandInModel, hotpotqa_retriever
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from arag.data import load_examples  # noqa: E402
+import dspy  # noqa: E402
+
+from arag.data import load_corpus, load_examples  # noqa: E402
 from arag.evaluate import evaluate  # noqa: E402
 from arag.programs import PROGRAMS, build_program  # noqa: E402
-from arag.testing import isolated_cache, scripted_lm  # noqa: E402
+from arag.retrievers import BM25Retriever  # noqa: E402
+from arag.testing import StandInModel, isolated_cache, scripted_lm  # noqa: E402
 
+HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
 TARGET_EFFICIENCY = 0.8
 TARGET_THREADS = (16, 32)
 
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|---|")
     speedups = []
     with tempfile.TemporaryDirectory(prefix="arag-throughput-") as work, isolated_cache(enabled=args.cache == "on"):
-        retriever = hotpotqa_retriever(args.dataset, Path(work))
+        retriever = BM25Retriever.build(load_corpus(args.dataset / "corpus.jsonl"), Path(work) / "bm25")
         for name in names:
             base = None
             for threads in thread_counts:

@@ -28,11 +28,12 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
 import optuna  # noqa: E402
-from local_model import HOTPOTQA, hotpotqa_on_the_local_model  # noqa: E402
 
 import arag  # noqa: E402
 from arag.optimizers.tuning import TuningConfig, tune  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
+
+HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
 
 
 def main() -> int:
@@ -46,8 +47,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's)")
     parser.add_argument("--model", default="smollm2-135m", help="a name of `arag models`")
     args = parser.parse_args()
-    examples, retriever, lm = hotpotqa_on_the_local_model(args.dataset, args.n_tune + args.n_eval, args.threads,
-                                                          args.model)
+    if not (args.dataset / "public.jsonl").exists():
+        raise SystemExit(f"no dataset at {args.dataset}")
+    examples = arag.load_examples(str(args.dataset / "public.jsonl"), limit=args.n_tune + args.n_eval)
+    retriever = arag.open_retriever(corpus=str(args.dataset / "corpus.jsonl"))
+    lm = arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads)
     tuning, held_out = examples[:args.n_tune], examples[args.n_tune:]
     optuna.logging.set_verbosity(optuna.logging.WARNING)
 

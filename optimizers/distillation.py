@@ -32,11 +32,11 @@ import dspy
 import ujson
 
 from arag.adapters import default_adapter
-from arag.data._io import atomic_writer, iter_jsonl
+from arag.data._io import atomic_writer
 from arag.data.metrics import normalize_answer
 from arag.errors import DataError
-from arag.evaluate import PREDICTIONS, RUN
 from arag.programs.genground import cited_evidence
+from arag.runs import last_rows, predictions_path, read_run_info
 from arag.signatures.grounding import GroundAnswer
 from arag.trace import Ground, steps_of
 
@@ -70,9 +70,8 @@ def export_grounding(
     """
     chosen = (drop_malformed, drop_no_evidence, drop_unrevised, drop_revised_wrongly)
     dropped = {flaw for flaw, drop in zip(FLAWS, chosen) if drop} | (PAPER_FILTERS if paper_filters else set())
-    path = Path(run_dir_or_predictions_path)
-    predictions = path / PREDICTIONS if path.is_dir() else path
-    rows = _last_rows(predictions)
+    predictions = predictions_path(run_dir_or_predictions_path)
+    rows = [row for row in last_rows(predictions) if "error" not in row]
     adapter = run_adapter(predictions.parent)
     examples, calls_seen = [], 0
     for row in rows:
@@ -135,8 +134,7 @@ def _last_grounded_hop(row: dict[str, Any]) -> Any:
 
 def run_adapter(run_dir: Path) -> dspy.Adapter:
     """The adapter a run's calls went through, as its run.json records it (arag's schema adapter by default)."""
-    run_file = run_dir / RUN
-    info = ujson.loads(run_file.read_text(encoding="utf-8")) if run_file.exists() else {}
+    info = read_run_info(run_dir) or {}
     return default_adapter(structured=info.get("schema", True))
 
 
@@ -167,16 +165,6 @@ def answer_correct(row: dict[str, Any], metric: str | None = None, where: str | 
 def _grounding_signature(with_reasoning: bool) -> type[dspy.Signature]:
     """The grounding signature as the program calls it: with ChainOfThought's reasoning field, or without."""
     return dspy.ChainOfThought(GroundAnswer).predict.signature if with_reasoning else GroundAnswer
-
-
-def _last_rows(predictions: Path) -> list[dict[str, Any]]:
-    """The rows of answered examples, the last row of each id in first-seen order; failed rows left out."""
-    rows: dict[str, dict[str, Any]] = {}
-    for line_no, row in iter_jsonl(predictions):
-        if "id" not in row:
-            raise DataError(f"{predictions}, line {line_no}: a row without an id; is this an arag predictions.jsonl?")
-        rows[row["id"]] = row
-    return [row for row in rows.values() if "error" not in row]
 
 
 def _write_jsonl(path: Path, examples: list[dict[str, Any]]) -> None:

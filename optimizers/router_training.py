@@ -26,8 +26,8 @@ from typing import Any, Mapping, Sequence
 from arag.errors import ConfigError
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES
 from arag.programs.adaptive_rag.router import embed_questions, write_router_file
-from arag.report import Run, load_run
 from arag.retrievers.dense import DEFAULT_MODEL
+from arag.runs import Run, load_run
 
 HOPS = ("single", "multi")
 UNANSWERED_LABEL = {"single": "B", "multi": "C"}

@@ -15,10 +15,8 @@ from arag.evaluate import fair_top_k
 from arag.programs import build_program
 from arag.programs.adaptive_note import AdaptiveNote, query_key
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
-from arag.testing import OpenAICompatibleServer, Tokens, scripted_lm
+from arag.testing import OpenAICompatibleServer, PassageTemplate, TemplateRetriever, Tokens, scripted_lm
 from arag.trace import Answer, Note, Query, Retrieve, Review, Stop, StopReason, is_step, kinds_of, steps_of
-
-from fakes import PassageTemplate, TemplateRetriever
 
 QUESTION = "Which city hosts the headquarters of the company that makes the Zephyr kettle?"
 

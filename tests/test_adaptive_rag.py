@@ -12,10 +12,8 @@ from arag.errors import ConfigError
 from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router
 from arag.optimizers.saving import load_program, save_program
 from arag.programs.frame.registry import build_program
-from arag.testing import Tokens, scripted_lm
+from arag.testing import TemplateRetriever, Tokens, scripted_lm
 from arag.trace import Retrieve, Route, Unreadable, is_step, kinds_of
-
-from fakes import TemplateRetriever
 
 QUESTION = "Which city is the capital of the country where the Danube ends?"
 

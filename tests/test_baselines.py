@@ -20,7 +20,7 @@ from arag.lm import build_lm
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ARGUMENT_CHARS, ReActSearch
 from arag.programs.baselines.self_ask import WRITTEN_CHAINS, SelfAsk, chain_entry
-from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize
+from arag.testing import FOUND_FOR, OpenAICompatibleServer, Scripted, TemplateRetriever, scripted_lm, tokenize
 from arag.trace import (
     Act,
     Answer,
@@ -36,8 +36,6 @@ from arag.trace import (
     shown_probability,
     steps_of,
 )
-
-from fakes import FOUND_FOR, TemplateRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
 LONG_ANSWER = ("Shirley Temple played Corliss Archer in Kiss and Tell, in 1945. She later served as Chief of "

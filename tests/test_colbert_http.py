@@ -19,8 +19,7 @@ import requests
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers import BM25Retriever, ColBERTv2Retriever, SearchServer, colbert_http, open_retriever
-
-from fakes import PassageTemplate, TemplateRetriever
+from arag.testing import PassageTemplate, TemplateRetriever
 
 PASSAGES = [
     Passage("10", "Lighthouse", "A lighthouse guides ships with a rotating beam of light."),

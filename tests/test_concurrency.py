@@ -11,10 +11,8 @@ import pytest
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, fan_out, lm_concurrency, set_lm_concurrency
 from arag.errors import ConfigError
 from arag.programs import build_program
-from arag.testing import Tokens, isolated_cache, scripted_lm
+from arag.testing import NUMBERED, TemplateRetriever, Tokens, isolated_cache, scripted_lm
 from arag.trace import Beam, note, recording
-
-from fakes import NUMBERED, TemplateRetriever
 
 LATENCY = 0.2
 

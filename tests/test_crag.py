@@ -17,10 +17,8 @@ from arag.passages import Passage
 from arag.programs.crag.evaluator import trigger
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import ScriptedEngine, Tokens, scripted_lm
+from arag.testing import FixedRetriever, Tokens, no_logprobs_lm, scripted_lm
 from arag.trace import Action, AnswerFromQuestion, Evaluate, Refine, Retrieve, Rewrite, Search, is_step, steps_of
-
-from fakes import FixedRetriever
 
 QUESTION = "When was the Eiffel Tower completed?"
 PASSAGES = [
@@ -145,20 +143,10 @@ def test_chain_of_thought_generator_reads_the_knowledge():
     assert prediction.answer == "Eiffel Tower" and len(prediction.knowledge) == 1
 
 
-class NoLogprobsEngine(ScriptedEngine):
-    def complete(self, request):
-        import dataclasses
-
-        return dataclasses.replace(super().complete(request), logprobs=None)
-
-
 def test_lm_scorer_needs_logprobs_unless_the_fallback_is_chosen():
-    def no_logprobs_lm():
-        return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
-
     with pytest.raises(QuestionFailed, match="LMError in .*log-probabilities"):
-        run(lm=no_logprobs_lm())
-    prediction, _ = run(lm=no_logprobs_lm(), label_fallback="true")
+        run(lm=no_logprobs_lm(responder))
+    prediction, _ = run(lm=no_logprobs_lm(responder), label_fallback="true")
     # yes -> +1 (Eiffel, Louvre), no -> -1 (Brie)
     assert [s["score"] for s in steps_of(prediction, Evaluate)[0]["scores"]] == [1.0, 1.0, -1.0]
     assert prediction.action == "correct"

@@ -14,10 +14,8 @@ from arag.evaluate import evaluate
 from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
 from arag.programs.genground import GenGround
 from arag.signatures.grounding import GroundAnswer
-from arag.testing import scripted_lm
+from arag.testing import TemplateRetriever, scripted_lm
 from arag.trace import Answer, Ground, Retrieve, is_step
-
-from fakes import TemplateRetriever
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
 

@@ -10,6 +10,7 @@ import ujson
 from arag.errors import AragError, ConfigError, DataError
 from arag.evaluate import evaluate
 from arag.programs import build_program
+from arag.runs import last_rows, read_rows
 from arag.testing import Faults, scripted_lm
 
 
@@ -26,10 +27,6 @@ def echo_item(call):
     number = int(call.inputs["question"].split()[-1].rstrip("?"))
     answer = f"item {number}" if number % 2 == 0 else "unknown"
     return {f: answer if f == "answer" else "." for f in call.output_fields}
-
-
-def read_rows(out):
-    return [ujson.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
 
 
 def test_rows_and_summary(tmp_path):
@@ -102,6 +99,20 @@ def test_a_half_written_last_line_is_dropped(tmp_path):
     assert len(read_rows(tmp_path)) == 3
 
 
+def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
+    program = build_program("no-retrieval")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_bytes(predictions.read_bytes().rstrip(b"\n"))
+    assert [row["id"] for row in last_rows(tmp_path)] == ["q0", "q1"]
+    lm = scripted_lm(echo_item)
+    with dspy.context(lm=lm):
+        result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
+    assert lm.engine.count == 1 and result.summary["n"] == 3
+    assert [row["id"] for row in read_rows(tmp_path)] == ["q0", "q1", "q2"]
+
+
 def test_resume_with_other_settings_is_refused(tmp_path):
     program = build_program("no-retrieval")
     with dspy.context(lm=scripted_lm(echo_item)):
@@ -152,7 +163,8 @@ def test_rows_are_never_cut_or_written_through_a_symbolic_link(tmp_path):
     (b"{}", b'[1, 2]\n', r"predictions.jsonl:1: not a row of arag's"),
     (b"{}", b'{"question": "no id", "metrics": {}}\n', r"predictions.jsonl:1: not a row of arag's"),
     (b"{}", b'{"id": "q0", "prediction": "no metrics"}\n', r"predictions.jsonl:1: not a row of arag's"),
-    (b"{}", b'{"id": "q0", "metrics": {}}\n"a string"\n', r"predictions.jsonl:2: not a row of arag's"),
+    (b"{}", b'{"id": "q0", "question": "?", "answers": [], "metrics": {}, "trace": []}\n"a string"\n',
+     r"predictions.jsonl:2: not a row of arag's"),
 ])
 def test_a_broken_run_json_or_row_is_a_data_error_and_nothing_is_lost(tmp_path, run_json, rows, message):
     (tmp_path / "run.json").write_bytes(run_json)

@@ -21,10 +21,17 @@ from arag.programs.flare import FLARE, WRITES_PAST_THE_CAP, FLAREInstruct, low_c
 from arag.programs.frame.active_generation import MARKUP_TOKENS
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
-from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm, tokenize
+from arag.testing import (
+    FOUND_FOR,
+    OpenAICompatibleServer,
+    Scripted,
+    ScriptedEngine,
+    TemplateRetriever,
+    Tokens,
+    scripted_lm,
+    tokenize,
+)
 from arag.trace import Sentence, Stop, StopReason, Write, is_step
-
-from fakes import FOUND_FOR, TemplateRetriever
 
 QUESTION = "Which university did Joe Biden attend?"
 # The look-ahead of the masking tests: its probabilities are chosen token by token.

@@ -13,10 +13,8 @@ from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
 from arag.programs.genground import GenGround, cited_evidence, yes_no_label
-from arag.testing import OpenAICompatibleServer, scripted_lm
+from arag.testing import OpenAICompatibleServer, TemplateRetriever, scripted_lm
 from arag.trace import Answer, Deduce, Ground, Hop, Retrieve, Stop, StopReason, is_step, kinds_of, steps_of
-
-from fakes import TemplateRetriever
 
 
 def _with_reasoning(call, fields):

@@ -29,6 +29,7 @@ from arag.adapters import TextAdapter
 from arag.data import load_examples, sample_paths
 from arag.evaluate import evaluate
 from arag.programs import build_program
+from arag.runs import read_rows
 from arag.testing import Faults, OpenAICompatibleServer, isolated_cache, scripted_lm
 
 SECRET_KEY = "sk-arag-test-SECRET-5f0c2b9e7d41"
@@ -50,10 +51,6 @@ def add_one(call):
 def sums(n: int) -> list[dspy.Example]:
     return [dspy.Example(id=f"q{i:03d}", question=f"What is {i} plus one?", answers=[str(i + 1)])
             .with_inputs("question") for i in range(n)]
-
-
-def read_rows(path: Path) -> list[dict]:
-    return [ujson.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -457,6 +454,8 @@ def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_
             assert line, "the server exited before serving"
         url = re.search(r"at (http://\S+)", line).group(1)
         assert url.startswith("http://127.0.0.1:")
+        # Read the rest of its log (a line per request with -v): a full pipe would block the server's logging.
+        threading.Thread(target=server.stderr.read, daemon=True).start()
         questions = [example.question for example in load_examples(sample_paths()[0])]
 
         def ask(number: int) -> tuple[int, dict, object]:

@@ -12,10 +12,8 @@ from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence
 from arag.programs.frame.registry import get_program
 from arag.programs.ircot import IRCoT
-from arag.testing import scripted_lm
+from arag.testing import FOUND_FOR, FixedRetriever, TemplateRetriever, scripted_lm
 from arag.trace import Answer, Read, Retrieve, Sentence, Stop, StopReason, kinds_of, steps_of
-
-from fakes import FOUND_FOR, FixedRetriever, TemplateRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in the film Kiss and Tell?"
 READ = "Chief of Protocol"

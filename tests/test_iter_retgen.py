@@ -9,10 +9,8 @@ import arag.programs.iter_retgen  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.iter_retgen import IterRetGen, generation_text, retrieval_query
-from arag.testing import GARBAGE_TEXT, scripted_lm
+from arag.testing import FOUND_FOR, GARBAGE_TEXT, TemplateRetriever, scripted_lm
 from arag.trace import Answer, Generate, Retrieve, kinds_of, steps_of
-
-from fakes import FOUND_FOR, TemplateRetriever
 
 QUESTION = "Which river runs through the city where Ada was born?"
 

@@ -1,12 +1,10 @@
 """CRAG's retrieval evaluator: the lm, embedding and t5 scorers, the action trigger, refinement, and
 calibrating the thresholds."""
 
-import dataclasses
 import json
 import math
 import random
 import threading
-import uuid
 
 import dspy
 import pytest
@@ -34,7 +32,7 @@ from arag.programs.crag.evaluator import (
     trigger,
 )
 from arag.programs.crag.refinement import decompose, refine, select_strips
-from arag.testing import ScriptedEngine, Tokens, scripted_lm
+from arag.testing import Tokens, no_logprobs_lm, scripted_lm
 
 # --- the action trigger -------------------------------------------------------------------------
 
@@ -203,17 +201,6 @@ def test_lm_scorer_maps_p_yes_to_minus_one_one():
         scores = LMScorer().score("Capital of France?", ["Paris is the capital.", "Lyon is a city.", "  ", "cheese"])
     assert scores == pytest.approx([0.8, -0.5, BLANK_SCORE, 0.0])
     assert lm.engine.count == 3  # the blank text costs no call
-
-
-class NoLogprobsEngine(ScriptedEngine):
-    """An endpoint that never returns log-probabilities, even when asked."""
-
-    def complete(self, request):
-        return dataclasses.replace(super().complete(request), logprobs=None)
-
-
-def no_logprobs_lm(responder):
-    return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
 
 
 def test_lm_scorer_without_logprobs_fails_unless_the_fallback_is_chosen():

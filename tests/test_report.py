@@ -18,11 +18,19 @@ from arag.evaluate import evaluate
 from arag.passages import Passage
 from arag.programs import build_program
 from arag.programs.frame.sentences import split_sentences
-from arag.report import comparison, disagree, load_runs, pareto_front, question_table, render_html, report_data
-from arag.testing import Scripted, Tokens, isolated_cache, scripted_lm
+from arag.report import comparison, disagree, pareto_front, question_table, render_html, report_data
+from arag.runs import load_runs
+from arag.testing import (
+    FOUND_FOR,
+    NUMBERED,
+    FixedRetriever,
+    Scripted,
+    TemplateRetriever,
+    Tokens,
+    isolated_cache,
+    scripted_lm,
+)
 from arag.trace import Sentence, is_step
-
-from fakes import FOUND_FOR, NUMBERED, FixedRetriever, TemplateRetriever
 
 
 @pytest.fixture(autouse=True)
@@ -175,8 +183,8 @@ def test_bad_input_gets_one_error_line_naming_the_problem(tmp_path):
 
 @pytest.mark.parametrize("line, problem", [
     ("not json", "predictions.jsonl:3: not a JSON row"),
-    ("[1, 2]", "predictions.jsonl:3: malformed prediction row: a row is a JSON object, not list"),
-    ('{"id": "x", "question": "Q?", "answers": []}', "predictions.jsonl:3: malformed prediction row: it has no "
+    ("[1, 2]", "predictions.jsonl:3: not a row of arag's: a row is a JSON object, not list"),
+    ('{"id": "x", "question": "Q?", "answers": []}', "predictions.jsonl:3: not a row of arag's: it has no "
                                                      "metrics, trace"),
     ('{"id": "x", "question": "Q?", "answers": [], "metrics": {"em": "yes"}, "trace": []}',
      "metrics should map metric names to numbers"),

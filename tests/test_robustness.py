@@ -15,10 +15,16 @@ from arag.evaluate import evaluate
 from arag.lm import build_lm, complete_raw, completions_lm
 from arag.programs import build_program
 from arag.signatures.relevance import JudgeRelevance
-from arag.testing import OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
+from arag.testing import (
+    NUMBERED,
+    OpenAICompatibleServer,
+    Scripted,
+    TemplateRetriever,
+    Tokens,
+    isolated_cache,
+    scripted_lm,
+)
 from arag.trace import Answer, Evaluate, Retrieve, Unreadable, is_step, kinds_of
-
-from fakes import NUMBERED, TemplateRetriever
 
 
 def examples(n):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.runs_table import markdown, paired_difference, table_rows
+from arag.runs.table import markdown, paired_difference, table_rows
 
 
 def rows(scores, lm_calls=1, failed=()):

@@ -15,7 +15,7 @@ from arag.errors import ConfigError
 from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import Scripted, Tokens, scripted_lm
+from arag.testing import FixedRetriever, Scripted, Tokens, scripted_lm
 from arag.trace import (
     Action,
     Answer,
@@ -31,8 +31,6 @@ from arag.trace import (
     kinds_of,
     steps_of,
 )
-
-from fakes import FixedRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")

@@ -2,7 +2,6 @@
 the retrieval decision, beam search, hard constraints, closed-set aggregation, raw prompts over HTTP,
 the retrieval rate against delta on HotpotQA, and `arag eval` over a loopback server."""
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -21,7 +20,14 @@ from arag.lm import build_lm
 from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import OpenAICompatibleServer, Scripted, ScriptedEngine, Tokens, scripted_lm
+from arag.testing import (
+    FixedRetriever,
+    OpenAICompatibleServer,
+    Scripted,
+    Tokens,
+    no_logprobs_lm,
+    scripted_lm,
+)
 from arag.trace import (
     Answer,
     Beam,
@@ -35,8 +41,6 @@ from arag.trace import (
     kinds_of,
     steps_of,
 )
-
-from fakes import FixedRetriever
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")
@@ -440,15 +444,6 @@ def test_closed_set_sums_the_scores_of_agreeing_answers():
 
 
 # --- LMs without log-probabilities, parameters --------------------------------------------------
-
-
-class NoLogprobsEngine(ScriptedEngine):
-    def complete(self, request):
-        return dataclasses.replace(super().complete(request), logprobs=None)
-
-
-def no_logprobs_lm(responder):
-    return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
 
 
 def chosen_labels(call):

@@ -9,10 +9,8 @@ import arag.programs.sure  # noqa: F401  (registers the program)
 from arag.errors import ConfigError
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.sure import SuRe, best, distinct_candidates
-from arag.testing import GARBAGE_TEXT, Tokens, scripted_lm
+from arag.testing import GARBAGE_TEXT, TemplateRetriever, Tokens, scripted_lm
 from arag.trace import Answer, Candidates, Pair, Select, Unreadable, Validity, is_step, steps_of
-
-from fakes import TemplateRetriever
 
 QUESTION = "Which city hosted the 1900 Summer Olympics?"
 GARBAGE = object()

@@ -2,9 +2,7 @@
 committed as docs/trace.schema.json, and every program's trace valid under it."""
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import dspy
@@ -15,7 +13,7 @@ from arag.data import load_corpus, load_examples, sample_paths
 from arag.errors import QuestionFailed
 from arag.programs import PROGRAMS, build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import isolated_cache, scripted_lm
+from arag.testing import StandInModel, isolated_cache, scripted_lm
 from arag.trace import (
     ABSENT,
     STEP_KINDS,
@@ -38,17 +36,6 @@ SCHEMA_FILE = ROOT / "docs" / "trace.schema.json"
 
 
 @pytest.fixture(scope="module")
-def stand_in_model():
-    """The cost benchmark's scripted LM class, which answers every arag signature."""
-    spec = importlib.util.spec_from_file_location("cost_benchmark", ROOT / "benchmarks" / "cost.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module.StandInModel
-    del sys.modules[spec.name]
-
-
-@pytest.fixture(scope="module")
 def sample_run(tmp_path_factory):
     questions, corpus = sample_paths()
     retriever = BM25Retriever.build(load_corpus(corpus), tmp_path_factory.mktemp("idx") / "bm25")
@@ -62,10 +49,10 @@ def test_the_committed_schema_is_the_one_the_declarations_generate():
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_every_program_records_steps_the_schema_accepts(name, sample_run, stand_in_model):
+def test_every_program_records_steps_the_schema_accepts(name, sample_run):
     retriever, questions = sample_run
     validator = jsonschema.Draft202012Validator(trace_schema())
-    lm = scripted_lm(stand_in_model(), logprobs=True, top_logprobs=1)
+    lm = scripted_lm(StandInModel(), logprobs=True, top_logprobs=1)
     program = build_program(name, retriever)
     with isolated_cache(enabled=False), dspy.context(lm=lm):
         for example in questions:

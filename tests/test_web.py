@@ -28,10 +28,8 @@ from arag.retrievers.web import (
     page_paragraphs,
     refuse_non_public,
 )
-from arag.testing import Tokens, scripted_lm
+from arag.testing import FixedRetriever, Tokens, scripted_lm
 from arag.trace import Retrieve, Rewrite, is_step, steps_of
-
-from fakes import FixedRetriever
 
 ARTICLE = """<!doctype html><html><head><title>Ada Lovelace - Encyclopedia</title>
 <script>var tracking = "<p>this script paragraph must never be read as text</p>";</script>

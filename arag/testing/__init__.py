@@ -1,16 +1,18 @@
-"""Scripted DSPy LMs and a loopback OpenAI-compatible server, for tests that need no real model.
+"""Fakes and stand-ins for tests and benchmarks that need no real model and no index.
 
-A *responder* is a function ``responder(call: ScriptedCall)`` returning the answer: a dict
-``{output field: value}`` for adapter calls (ChatAdapter or JSONAdapter), or a plain string for
-raw prompts. A value may be a ``Scripted`` or ``Tokens`` to choose token probabilities.
-The same engine code answers in-process (``scripted_lm``, in ``engines``) and over HTTP
-(``OpenAICompatibleServer``, in ``openai_server``).
+Scripted LMs (``engines``): a *responder* is a function ``responder(call: ScriptedCall)`` returning the answer: a
+dict ``{output field: value}`` for adapter calls (ChatAdapter or JSONAdapter), or a plain string for raw prompts. A
+value may be a ``Scripted`` or ``Tokens`` to choose token probabilities. The same engine code answers in-process
+(``scripted_lm``) and over HTTP (``OpenAICompatibleServer``, in ``openai_server``). ``StandInModel`` (``stand_in``)
+is a responder that answers every arag signature, for the benchmarks. Fake retrievers (``retrievers``) give passages
+known in advance and record every query.
 """
 
 from arag.testing.engines import (
     GARBAGE_TEXT,
     TOKEN_PATTERN,
     Faults,
+    NoLogprobsEngine,
     Scripted,
     ScriptedAnswer,
     ScriptedCall,
@@ -18,23 +20,35 @@ from arag.testing.engines import (
     ScriptedToken,
     Tokens,
     isolated_cache,
+    no_logprobs_lm,
     scripted_lm,
     tokenize,
 )
 from arag.testing.openai_server import OpenAICompatibleServer
+from arag.testing.retrievers import FOUND_FOR, NUMBERED, RANKED, FixedRetriever, PassageTemplate, TemplateRetriever
+from arag.testing.stand_in import StandInModel
 
 __all__ = [
+    "FOUND_FOR",
     "GARBAGE_TEXT",
+    "NUMBERED",
+    "RANKED",
     "TOKEN_PATTERN",
     "Faults",
+    "FixedRetriever",
+    "NoLogprobsEngine",
     "OpenAICompatibleServer",
+    "PassageTemplate",
     "Scripted",
     "ScriptedAnswer",
     "ScriptedCall",
     "ScriptedEngine",
     "ScriptedToken",
+    "StandInModel",
+    "TemplateRetriever",
     "Tokens",
     "isolated_cache",
+    "no_logprobs_lm",
     "scripted_lm",
     "tokenize",
 ]

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -383,6 +383,13 @@ class ScriptedEngine:
         return self
 
 
+class NoLogprobsEngine(ScriptedEngine):
+    """A ScriptedEngine playing an endpoint that never returns log-probabilities, even when asked."""
+
+    def complete(self, request: lm15.Request) -> lm15.Response:
+        return replace(super().complete(request), logprobs=None)
+
+
 def scripted_lm(
     responder: Callable[[ScriptedCall], Any],
     *,
@@ -399,6 +406,11 @@ def scripted_lm(
     engine = ScriptedEngine(responder, default_prob=default_prob, latency=latency, faults=faults)
     name = f"scripted/{uuid.uuid4().hex}"
     return dspy.LM(name, engine=engine, async_engine=ThreadedAsyncEngine(engine), **lm_kwargs)
+
+
+def no_logprobs_lm(responder: Callable[[ScriptedCall], Any]) -> dspy.LM:
+    """A ``dspy.LM`` on a fresh NoLogprobsEngine, named ``scripted/<uuid>``."""
+    return dspy.LM(f"scripted/{uuid.uuid4().hex}", engine=NoLogprobsEngine(responder))
 
 
 @contextlib.contextmanager

@@ -1,11 +1,8 @@
-"""Fake retrievers for the tests: no index, passages known in advance, every query recorded.
+"""Fake retrievers: no index, passages known in advance, every query recorded.
 
 `FixedRetriever` gives the same passages to every query; `TemplateRetriever` writes k passages for any query from a
 `PassageTemplate`, so that a test can tell from a passage which query (and rank) brought it. Both are arag
 retrievers (`BaseRetriever`): k is checked, a blank query gets no passages and is not recorded.
-
-Test files import them as `from fakes import ...`: pytest puts tests/ on sys.path (its default `prepend` import
-mode, for the conftest.py and the test modules here, which are not a package).
 """
 
 from __future__ import annotations

@@ -1,0 +1,355 @@
+"""The run folder that `arag eval --out` writes, and the one place that reads and writes its files.
+
+    run.json           what was run (program, parameters, LM, ...), written when the run starts
+    predictions.jsonl  one JSON row per finished question, appended as questions finish; a question run again
+                       (a failure retried) has a later row, and its last row is the one that counts
+    summary.json       the means and totals of those last rows, written when the run stops
+    run.lock           held by the one process that writes the folder, and naming it
+
+A row is a line of predictions.jsonl. A last line without its newline is a row being written, or cut by a kill:
+every reader keeps it when it is whole JSON and leaves it out otherwise, and the writer, before it appends, ends a
+whole one with its newline and cuts a broken one.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import math
+import os
+import socket
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import ujson
+
+from arag.data._io import existing_file, write_atomic
+from arag.errors import ConfigError, DataError
+
+PREDICTIONS = "predictions.jsonl"
+SUMMARY = "summary.json"
+RUN = "run.json"
+LOCK = "run.lock"
+COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
+REQUIRED_ROW_KEYS = ("id", "question", "answers", "metrics", "trace")
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass
+class Run:
+    """An evaluation run: its folder, a short name, what was run (run.json), its rows (the last row of each
+    question, as a failed question's retry comes after its failure) and its summary, computed from those rows."""
+
+    path: Path
+    name: str
+    info: dict[str, Any]
+    rows: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def predictions_path(path: str | Path) -> Path:
+    """The predictions.jsonl of a run folder, or `path` itself when it names a file."""
+    path = Path(path)
+    return path / PREDICTIONS if path.is_dir() else path
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of a run folder's predictions.jsonl (or of that file), in the order written; a DataError names the
+    file and line of a row that is not one of arag's."""
+    path = existing_file(predictions_path(path))
+    *lines, last = path.read_bytes().split(b"\n")
+    if last.strip() and _whole_json(last):
+        lines.append(last)  # a whole row without its newline; a half-written one is left out
+    rows = []
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise DataError(f"{path}:{lineno}: not a JSON row") from None
+        problem = row_problem(row)
+        if problem:
+            raise DataError(f"{path}:{lineno}: not a row of arag's: {problem}")
+        rows.append(row)
+    return rows
+
+
+def last_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The last row of each question in a run folder's predictions.jsonl (or that file), in first-seen order."""
+    rows = {row["id"]: row for row in read_rows(path)}
+    return list(rows.values())
+
+
+def _whole_json(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def row_problem(row: Any) -> str | None:
+    """What makes `row` unlike a row of `arag.evaluate`, or None."""
+    if not isinstance(row, dict):
+        return f"a row is a JSON object, not {type(row).__name__}"
+    missing = [key for key in REQUIRED_ROW_KEYS if key not in row]
+    if missing:
+        return f"it has no {', '.join(missing)}"
+    if not isinstance(row["id"], str):
+        return "id should be text"
+    if not isinstance(row["question"], str):
+        return "question should be text"
+    if not isinstance(row["metrics"], dict) or not all(_is_number(v) for v in row["metrics"].values()):
+        return "metrics should map metric names to numbers"
+    if not isinstance(row["answers"], list):
+        return "answers should be a list of gold answers"
+    if not isinstance(row["trace"], list) or not all(isinstance(s, dict) and "step" in s for s in row["trace"]):
+        return "trace should be a list of steps, each an object with a 'step' name"
+    bad = [key for key in (*COUNTS, "seconds") if key in row and not _is_number(row[key])]
+    if bad:
+        return f"{', '.join(bad)} should be numbers"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_run_info(folder: str | Path) -> dict[str, Any] | None:
+    """What the run in `folder` ran (its run.json), or None when the folder has none."""
+    path = Path(folder) / RUN
+    return _json_object(path, "a run description") if path.exists() else None
+
+
+def _json_object(path: Path, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}: not {what} (a JSON object)")
+    return value
+
+
+def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
+              run_info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Mean metrics (failed examples score 0), total and mean counts, and the run's description."""
+    n = len(rows)
+    metric_names = sorted({name for row in rows for name in row["metrics"]})
+    means = {name: sum(row["metrics"].get(name, 0.0) for row in rows) / n if n else 0.0 for name in metric_names}
+    totals = {c: sum(int(row.get(c, 0)) for row in rows) for c in COUNTS}
+    return {
+        **(run_info or {}),
+        "n": n,
+        "n_total": n_total,
+        "complete": n == n_total,
+        "n_failed": sum("error" in row for row in rows),
+        "failures": dict(Counter(row["error_kind"] for row in rows if "error" in row and row.get("error_kind"))),
+        "metrics": means,
+        "totals": totals,
+        "per_question": {c: totals[c] / n if n else 0.0 for c in COUNTS},
+        "seconds_per_question": round(sum(row.get("seconds", 0.0) for row in rows) / n, 3) if n else 0.0,
+        "wall_time_s": round(wall_time, 3),
+    }
+
+
+def load_run(path: str | Path, name: str | None = None) -> Run:
+    """Read a run folder; a ConfigError when it is not one, a DataError naming the file and line of a bad row."""
+    folder = Path(path)
+    if not folder.is_dir():
+        what = "it is a file" if folder.exists() else "it does not exist"
+        raise ConfigError(f"{folder} is not a run folder: {what} (a run is a folder written by `arag eval --out`)")
+    missing = [file for file in (RUN, PREDICTIONS) if not (folder / file).is_file()]
+    if missing:
+        raise ConfigError(f"{folder} is not a run folder: it has no {' and no '.join(missing)} "
+                          "(a run is a folder written by `arag eval --out`)")
+    info = read_run_info(folder) or {}
+    rows = last_rows(folder)
+    if not rows:
+        raise DataError(f"{folder / PREDICTIONS} holds no rows: the run has not finished a question yet")
+    written = _json_object(folder / SUMMARY, "a run summary") if (folder / SUMMARY).is_file() else {}
+    n_total = max(int(written.get("n_total") or 0), len(rows))
+    summary = summarize(rows, n_total=n_total, wall_time=float(written.get("wall_time_s") or 0.0), run_info=info)
+    return Run(folder, name or folder.name, info, rows, summary)
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[Run]:
+    """The runs in these folders, named by the shortest path tails that tell them apart."""
+    if not paths:
+        raise ConfigError("no runs given: name one or more run folders (written by `arag eval --out`)")
+    folders = [Path(path) for path in paths]
+    seen: set[Path] = set()
+    for folder in folders:
+        if folder.resolve() in seen:
+            raise ConfigError(f"the run {folder} is given twice")
+        seen.add(folder.resolve())
+    return [load_run(folder, name) for folder, name in zip(folders, run_names(folders))]
+
+
+def run_names(folders: Sequence[Path]) -> list[str]:
+    """Each folder's name, with as many parent folders as it takes to make the names distinct (the folders are
+    distinct)."""
+    parts = [folder.resolve().parts for folder in folders]
+    depth = 1
+    while len(set(names := ["/".join(p[-depth:]) for p in parts])) < len(names):
+        depth += 1
+    return names
+
+
+# ------------------------------------------------------------------------------------------------
+# Writing
+
+
+class RunFolder:
+    """A run folder held for writing: predictions.jsonl (append-only, one flushed line per example), run.json and
+    summary.json, in a folder this process holds locked from construction to `release()`."""
+
+    def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
+        self.dir = directory
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
+        self.path = directory / PREDICTIONS
+        self._file = None
+        _previous_run(directory)  # a folder that is not a run of arag's gets no lock file either
+        self._lock = _lock_folder(directory)
+        try:
+            self._check_run(run_info)
+            self._end_last_line()
+        except BaseException:
+            self.release()
+            raise
+
+    def _check_run(self, run_info: dict[str, Any]) -> None:
+        previous = _previous_run(self.dir)
+        if previous is not None:
+            changed = {k for k in set(previous) | set(run_info) if previous.get(k) != run_info.get(k)}
+            if changed:
+                raise ConfigError(
+                    f"{self.dir} holds a run with different settings ({', '.join(sorted(changed))}); "
+                    "use another --out, or the same settings to resume it"
+                )
+        else:
+            write_atomic(self.dir / RUN, ujson.dumps(run_info, indent=2))
+
+    def _end_last_line(self) -> None:
+        """Keeps appends line-aligned after a kill mid-write: a whole last row gets its newline, half a one is cut."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return
+        start = data.rfind(b"\n") + 1
+        with open(self.path, "r+b") as f:
+            if _whole_json(data[start:]):
+                f.seek(0, os.SEEK_END)
+                f.write(b"\n")
+            else:
+                f.truncate(start)
+
+    def finished(self) -> dict[str, dict[str, Any]]:
+        """Rows already answered (failed ones are run again), by example id."""
+        return {key: row for key, row in self.last_rows().items() if "error" not in row}
+
+    def attempts(self) -> dict[str, int]:
+        """How many times each example has failed so far: the attempt number of its next try."""
+        return dict(Counter(row["id"] for row in self._rows() if "error" in row))
+
+    def last_rows(self) -> dict[str, dict[str, Any]]:
+        """The last row of each example id in predictions.jsonl."""
+        return {row["id"]: row for row in self._rows()}
+
+    def _rows(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        try:
+            return read_rows(self.path)
+        except DataError as exc:
+            raise DataError(f"{exc}; move the file away to start over") from None
+
+    def append(self, row: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")
+        self._file.write(ujson.dumps(row, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close_rows(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        write_atomic(self.dir / SUMMARY, ujson.dumps(summary, indent=2))
+
+    def __enter__(self) -> RunFolder:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Closes the rows file and unlocks the folder."""
+        self.close_rows()
+        if self._lock is not None:
+            os.close(self._lock)  # closing the descriptor releases its lock
+            self._lock = None
+
+
+def check_run_folder(directory: str | Path) -> None:
+    """Fails as `evaluate` would, before a command's set-up work, when the folder is held by another run, is
+    not a run of arag's, or holds a broken run.json (the same checks run again when the run starts)."""
+    directory = Path(directory)
+    if directory.is_dir():
+        _previous_run(directory)
+        os.close(_lock_folder(directory))
+
+
+def _previous_run(directory: Path) -> dict[str, Any] | None:
+    """The run.json of an earlier run in the folder, or None for a folder without rows; links in place of
+    arag's files, and rows or a summary without a run.json (not written by arag) are refused."""
+    for name in (RUN, PREDICTIONS, SUMMARY):
+        if (directory / name).is_symlink():
+            raise ConfigError(f"{directory / name} is a symbolic link; arag writes only files of its own: "
+                              "use another --out")
+    if not (directory / RUN).exists():
+        foreign = [name for name in (PREDICTIONS, SUMMARY) if (directory / name).exists()]
+        if foreign:
+            raise ConfigError(f"{directory} holds {' and '.join(foreign)} but no {RUN}: not a run of arag's; "
+                              "use another --out, or move those files away")
+    try:
+        return read_run_info(directory)
+    except DataError as exc:
+        raise DataError(f"{exc}; use another --out") from None
+
+
+def _lock_folder(directory: Path) -> int:
+    """An exclusive lock on the folder's run.lock (a descriptor, held until closed), which then names this process;
+    a ConfigError naming the holder when another process has it."""
+    path = directory / LOCK
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigError(f"{path} is a symbolic link; arag writes only files of its own: use another --out") \
+                from None
+        raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 200, 0).decode("utf-8", errors="replace").strip() or "unknown process"
+        os.close(descriptor)
+        raise ConfigError(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
+                          "or use another --out") from None
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+              .encode(), 0)
+    return descriptor
