@@ -8,7 +8,6 @@ import dspy
 import pytest
 from click.testing import CliRunner
 
-import arag.programs.adaptive_note  # noqa: F401  (registers adaptive-note)
 from arag.cli import main
 from arag.errors import ConfigError
 from arag.evaluate import fair_top_k

@@ -6,7 +6,6 @@ import dspy
 import pytest
 from click.testing import CliRunner
 
-import arag.programs.adaptive_rag.adaptive_rag  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError
 from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router

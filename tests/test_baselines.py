@@ -10,9 +10,6 @@ import pytest
 import ujson
 from click.testing import CliRunner
 
-import arag.programs.baselines.multi_time  # noqa: F401  (registers prev-window and prev-sentence)
-import arag.programs.baselines.react  # noqa: F401  (registers react)
-import arag.programs.baselines.self_ask  # noqa: F401  (registers self-ask)
 from arag.adapters import output_schema
 from arag.cli import main
 from arag.errors import ConfigError

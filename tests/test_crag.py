@@ -10,7 +10,6 @@ import pytest
 import ujson
 from click.testing import CliRunner
 
-import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.passages import Passage

@@ -11,7 +11,6 @@ import pytest
 import ujson
 from click.testing import CliRunner
 
-import arag.programs.flare  # noqa: F401  (registers flare and flare-instruct)
 from arag.cli import main
 from arag.data import load_examples
 from arag.data.corpus import load_corpus

@@ -8,7 +8,6 @@ import pytest
 from click.testing import CliRunner
 from dspy.utils.exceptions import AdapterParseError
 
-import arag.programs.genground  # noqa: F401  (registers the program)
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program

@@ -6,7 +6,6 @@ import json
 import dspy
 import pytest
 
-import arag.programs.ircot  # noqa: F401  (registers ircot)
 from arag.errors import ConfigError
 from arag.passages import Passage
 from arag.programs.baselines.multi_time import PreviousSentence

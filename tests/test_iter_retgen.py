@@ -5,7 +5,6 @@ import json
 import dspy
 import pytest
 
-import arag.programs.iter_retgen  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.iter_retgen import IterRetGen, generation_text, retrieval_query

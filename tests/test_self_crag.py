@@ -9,7 +9,6 @@ import dspy
 import pytest
 from click.testing import CliRunner
 
-import arag.programs.self_crag  # noqa: F401  (registers self-crag)
 from arag.cli import main
 from arag.errors import ConfigError
 from arag.passages import Passage

@@ -12,7 +12,6 @@ import dspy
 import pytest
 from click.testing import CliRunner
 
-import arag.programs.self_rag.self_rag  # noqa: F401  (registers self-rag)
 from arag.cli import main
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, QuestionFailed

@@ -5,7 +5,6 @@ import json
 import dspy
 import pytest
 
-import arag.programs.sure  # noqa: F401  (registers the program)
 from arag.errors import ConfigError
 from arag.programs.frame.registry import build_program, get_program
 from arag.programs.sure import SuRe, best, distinct_candidates

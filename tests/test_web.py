@@ -10,7 +10,6 @@ import dspy
 import httpx
 import pytest
 
-import arag.programs.crag.crag  # noqa: F401  (registers the program)
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.programs.frame.registry import build_program
