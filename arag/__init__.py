@@ -19,7 +19,8 @@ from arag.data import load_corpus, load_examples
 from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverError
 from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
-from arag.optimizers import SearchSpace, TuningConfig, compile, load_program, save_program, tune
+from arag.optimizers import compile, load_program, save_program
+from arag.optimizers.tuning import SearchSpace, TuningConfig, tune
 from arag.passages import Passage
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
 from arag.report import report

@@ -1,8 +1,8 @@
 """Optimizers: compile a program's prompts with DSPy teleprompters, save and load compiled programs,
-tune its declared parameters with Optuna (`tuning/`), and calibrate CRAG's thresholds."""
+and calibrate CRAG's thresholds. Tuning declared parameters with Optuna is the subpackage `tuning/`
+(`arag.optimizers.tuning.tune`)."""
 
 from arag.optimizers.compile import TELEPROMPTERS, compile
 from arag.optimizers.saving import load_program, save_program
-from arag.optimizers.tuning import SearchSpace, TuningConfig, tune
 
-__all__ = ["TELEPROMPTERS", "SearchSpace", "TuningConfig", "compile", "load_program", "save_program", "tune"]
+__all__ = ["TELEPROMPTERS", "compile", "load_program", "save_program"]
