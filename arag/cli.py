@@ -244,7 +244,7 @@ main.add_command(train_router_command)
 @main.command("models")
 def models_command() -> None:
     """List the local models (--lm local:NAME): size, where each lives, and whether it is ready."""
-    from arag.local_models import DEFAULT_MODEL, MODELS, model_status
+    from arag.lm.local_models import DEFAULT_MODEL, MODELS, model_status
 
     for model in MODELS.values():
         status = model_status(model)

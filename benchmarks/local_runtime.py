@@ -9,7 +9,7 @@ then generates 64 tokens after it (generation tokens/s), best of --repeats. The 
   on Intel CPUs with AMX, the AMX kernels, which crash there: arag keeps them off);
 - ``logits_all``: llama.cpp keeps the logits of every prompt token (what llama-cpp-python's own logprobs
   option needs), against arag's way, which reads only the generated positions' distributions
-  (``arag.local.TokenRecorder``), shown with and without reading them.
+  (``arag.lm.local.TokenRecorder``), shown with and without reading them.
 Ratios are against the first row, measured in the same run on the same machine. The CPU is printed.
 """
 
@@ -44,8 +44,8 @@ def measure(model: str, threads: int, repeats: int, settings: dict) -> dict:
     """One configuration, in this process: prompt and generation tokens/s, peak resident MB."""
     import llama_cpp
 
-    from arag.local import TokenRecorder, _model_params
-    from arag.local_models import model_path
+    from arag.lm.local import TokenRecorder, _model_params
+    from arag.lm.local_models import model_path
 
     with _model_params(use_extra_bufts=settings["extra_buffers"]):
         llama = llama_cpp.Llama(model_path=str(model_path(model)), n_ctx=8192, n_threads=threads,
@@ -86,7 +86,7 @@ def main() -> int:
     if args.child:
         print(json.dumps(measure(args.model, args.threads, args.repeats, CONFIGURATIONS[args.child])))
         return 0
-    from arag.local import cpu_has_amx
+    from arag.lm.local import cpu_has_amx
 
     print(f"{args.model}, {args.threads} threads, {cpu_name()} (AMX: {'yes' if cpu_has_amx() else 'no'})")
     print(f"{'configuration':<38}{'prompt tok/s':>13}{'gen tok/s':>10}{'peak MB':>9}{'prompt x':>9}{'gen x':>7}")

@@ -50,7 +50,7 @@ AREAS = (
     ("prompt building (adapter format)", "dspy/adapters/base.py", "format"),
     ("output parsing (adapter parse)", "dspy/adapters/chat_adapter.py", "parse"),
     ("output parsing (adapter parse)", "dspy/adapters/json_adapter.py", "parse"),
-    ("log-probability alignment (arag.lm)", "arag/lm.py", "_field_tokens"),
+    ("log-probability alignment (arag.lm)", "arag/lm/logprobs.py", "_field_tokens"),
     ("tracing: steps and retrieval records", "arag/trace.py", "add"),
     ("tracing: steps and retrieval records", "arag/trace.py", "retrieval"),
     ("tracing: LM call counter callback", "arag/trace.py", "on_lm_start"),

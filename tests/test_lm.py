@@ -1,7 +1,12 @@
 """arag.lm: building LMs, reading log-probabilities in every shape DSPy hands back, raw completions."""
 
+import ast
 import json
 import math
+import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import dspy
 import pytest
@@ -22,6 +27,7 @@ from arag.lm import (
     completions_lm,
     field_logprobs,
     label_probabilities,
+    raw_prompt_lm,
     require_lm,
 )
 from arag.testing import Faults, OpenAICompatibleServer, Scripted, Tokens, isolated_cache, scripted_lm
@@ -327,3 +333,48 @@ def test_two_servers_under_one_model_name_never_answer_for_each_other_from_the_c
                 answers.append(dspy.Predict("question -> answer")(question="Which server?").answer)
         assert answers == ["from A", "from B", "from A"]
         assert len(first.requests) == 1 and len(second.requests) == 1  # the third call came from the cache
+
+
+def test_importing_arag_registers_nothing_and_build_lm_declares_the_provider_it_needs():
+    script = (
+        "import arag, dspy\n"
+        "before = [p.id for p in dspy.lm15.registered_providers()]\n"
+        "lm = arag.build_lm('openai/m', api_base='http://127.0.0.1:9/v1')\n"
+        "print(before, lm.model, [p.id for p in dspy.lm15.registered_providers()])\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert shown.split() == ["[]", "openai-compatible/m", "['openai-compatible']"]
+
+
+def test_raw_prompt_lm_shares_one_completions_twin_per_server_and_setting():
+    chat = build_lm("openai/m", api_base="http://127.0.0.1:9/v1")
+    raw = raw_prompt_lm(chat)
+    assert raw.model == "completions/m" and raw_prompt_lm(chat) is raw and raw_prompt_lm(raw) is raw
+    special = raw_prompt_lm(raw, keep_special_tokens=True)
+    assert special.engine.keep_special_tokens and special is raw_prompt_lm(chat, keep_special_tokens=True)
+    copied = pickle.loads(pickle.dumps(special.engine))
+    assert type(copied) is CompletionsEngine and copied.dump_state() == special.engine.dump_state()
+
+
+def test_the_lm_package_has_no_import_circle():
+    """Every import between arag.lm's modules, inside functions too, points one way."""
+    folder = Path(__file__).resolve().parents[1] / "arag" / "lm"
+    names = {path.stem for path in folder.glob("*.py")} - {"__init__"}
+    graph = {}
+    for name in names:
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        found = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        found |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        assert "arag.lm" not in found, f"{name} imports the package that imports it"
+        graph[name] = {module.removeprefix("arag.lm.") for module in found} & names
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import circle: {' -> '.join((*path, name))}"
+        if name not in done:
+            for imported in graph[name]:
+                visit(imported, (*path, name))
+            done.add(name)
+
+    for name in sorted(names):
+        visit(name, ())

@@ -23,7 +23,7 @@ import arag  # noqa: E402
 from arag.adapters import SchemaAdapter  # noqa: E402
 from arag.errors import QuestionFailed  # noqa: E402
 from arag.lm import complete_raw, completion_logprobs, label_probabilities, raw_prompt_lm  # noqa: E402
-from arag.local import LlamaEngine, default_model_path, load_model  # noqa: E402
+from arag.lm.local import LlamaEngine, default_model_path, load_model  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 from arag.trace import Answer, Retrieve, Sentence, is_step
 
@@ -97,7 +97,7 @@ def test_the_model_keeps_no_logits_for_prompt_tokens(lm):
 def test_extra_buffer_types_are_off_unless_asked_and_refused_on_amx(monkeypatch):
     import llama_cpp.llama_cpp as bindings
 
-    from arag import local
+    from arag.lm import local
 
     with local._model_params(use_extra_bufts=False):
         assert bindings.llama_model_default_params().use_extra_bufts is False

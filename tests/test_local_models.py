@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from arag import local_models
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.local_models import NamedModel, assemble, model_path, model_status
+from arag.lm import local_models
+from arag.lm.local_models import NamedModel, assemble, model_path, model_status
 
 
 def install_fake_part(site: Path, package: str, index: int, data: bytes) -> Path:

