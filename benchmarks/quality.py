@@ -55,8 +55,8 @@ BASELINE = "single-rag"
 ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
          "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
          "adaptive-rag")
-KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls",
-        "distinct_passages", "seconds", "error_kind", "error_step")
+KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens",
+        "retrieval_calls", "distinct_passages", "seconds", "error_kind", "error_step")
 
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 

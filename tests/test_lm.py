@@ -378,3 +378,15 @@ def test_the_lm_package_has_no_import_circle():
 
     for name in sorted(names):
         visit(name, ())
+
+
+@pytest.mark.parametrize(("kept", "prompt", "reused"), [
+    ([], [1, 2, 3], 0),                  # a fresh model evaluates the whole prompt
+    ([1, 2, 9, 9], [1, 2, 3, 4], 2),     # the shared prefix is kept
+    ([1, 2, 3, 4, 5], [1, 2, 3], 2),     # a prompt held whole: its last token is evaluated again for its logits
+    ([7, 2, 3], [1, 2, 3], 0),           # nothing is kept after the first difference
+])
+def test_the_reused_prefix_is_what_llama_cpp_keeps_of_its_kv_cache(kept, prompt, reused):
+    from arag.lm.local import reused_prefix
+
+    assert reused_prefix(kept, prompt) == reused

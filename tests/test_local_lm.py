@@ -25,7 +25,7 @@ from arag.errors import QuestionFailed  # noqa: E402
 from arag.lm import complete_raw, completion_logprobs, label_probabilities, raw_prompt_lm  # noqa: E402
 from arag.lm.local import LlamaEngine, default_model_path, load_model  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
-from arag.trace import Answer, Retrieve, Sentence, is_step
+from arag.trace import Answer, Retrieve, Sentence, is_step, recording  # noqa: E402
 
 pytestmark = pytest.mark.local_model
 
@@ -229,6 +229,20 @@ def test_logit_bias_reaches_the_local_model(lm):
     token_id = llama.tokenize(tokens[0].token.encode(), add_bos=False, special=True)[0]
     forbidden, _ = complete_raw(raw, "The capital of France is", max_tokens=1, logit_bias={str(token_id): -100.0})
     assert text and forbidden and forbidden != text
+
+
+def test_the_prompt_tokens_llama_cpp_reuses_from_the_call_before_are_counted(lm):
+    """Two judgements for one question: the second prompt repeats the first up to the passage, a prefix llama.cpp
+    keeps in its KV cache; the trace counts it as reused, fewer tokens than were sent, more than the first reused."""
+    judge = dspy.Predict(Relevance)
+    question = "Which river flows through the city where the reuse of prompt prefixes was measured?"
+    counts = []
+    for passage in ("The Danube flows through Vienna.", "The Seine flows through Paris."):
+        with dspy.context(lm=lm, adapter=SchemaAdapter()), recording() as trace:
+            judge(question=question, passage=passage)
+        counts.append((trace.reused_prompt_tokens, trace.prompt_tokens))
+    (first_reused, _), (second_reused, second_sent) = counts
+    assert first_reused < second_reused < second_sent
 
 
 def test_fields_are_written_in_the_signatures_order_reasoning_first(lm):

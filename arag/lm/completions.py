@@ -108,7 +108,9 @@ class CompletionsEngine(PromptEngine):
         choice = completion.choices[0]
         tokens = lm15_tokens(choice.logprobs, request.config.logprobs) if choice.logprobs is not None else ()
         counts = completion.usage
-        usage = lm15.Usage(counts.prompt_tokens, counts.completion_tokens) if counts else lm15.Usage()
+        details = getattr(counts, "prompt_tokens_details", None)  # a server's prefix cache (vLLM, OpenAI)
+        usage = lm15.Usage(counts.prompt_tokens, counts.completion_tokens,
+                           cache_read_tokens=getattr(details, "cached_tokens", None)) if counts else lm15.Usage()
         return lm15.Response(
             id=completion.id or None,
             model=completion.model or self.model,

@@ -26,7 +26,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import dspy
 import numpy as np
@@ -195,6 +195,18 @@ class TokenRecorder:
             self._settle(last_token_id)
 
 
+def reused_prefix(kept: Sequence[int], prompt: Sequence[int]) -> int:
+    """The prompt tokens llama.cpp takes from its KV cache instead of evaluating them: the prefix the prompt shares
+    with the tokens of the call before (its prompt and answer), less the last one when it is the whole prompt
+    (llama-cpp-python evaluates that one again for fresh logits)."""
+    shared = 0
+    for old, new in zip(kept, prompt):
+        if old != new:
+            break
+        shared += 1
+    return shared - 1 if shared and shared == len(prompt) else shared
+
+
 def read_logprobs(llama: Any, prompt_tokens: int, text: str, recorder: TokenRecorder) -> tuple[lm15.TokenLogprob, ...]:
     """The completion's tokens with their log-probabilities and top candidates, from what ``recorder`` kept
     while they were generated.
@@ -303,6 +315,7 @@ class LlamaEngine(PromptEngine):
         model = self.model
         try:
             with model.lock:
+                kept = list(model.llama.input_ids[:model.llama.n_tokens])  # what llama.cpp's KV cache holds
                 if self.raw:
                     output = model.llama.create_completion(self.prompt(request), **settings)
                     text = output["choices"][0]["text"]
@@ -312,6 +325,7 @@ class LlamaEngine(PromptEngine):
                     output = model.llama.create_chat_completion(self._messages(request), **settings)
                     text = output["choices"][0]["message"].get("content") or ""
                 prompt_tokens = output["usage"]["prompt_tokens"]
+                reused = reused_prefix(kept, model.llama.input_ids[:prompt_tokens])
                 tokens = None if recorder is None else read_logprobs(model.llama, prompt_tokens, text, recorder)
         except ValueError as exc:
             if "exceed context window" in str(exc):
@@ -323,7 +337,8 @@ class LlamaEngine(PromptEngine):
             model=request.model,
             message=lm15.Message.assistant((lm15.TextPart(text),)),
             finish_reason="length" if output["choices"][0].get("finish_reason") == "length" else "stop",
-            usage=lm15.Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+            usage=lm15.Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
+                             cache_read_tokens=reused),
             logprobs=tokens or None,
         )
 

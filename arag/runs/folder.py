@@ -34,7 +34,10 @@ PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
 RUN = "run.json"
 LOCK = "run.lock"
-COUNTS = ("lm_calls", "prompt_tokens", "completion_tokens", "retrieval_calls", "distinct_passages")
+# reused_prompt_tokens: prompt tokens the engine took from its cache of an earlier prompt's prefix (llama.cpp's
+# KV cache, a server's prefix cache) rather than evaluating them
+COUNTS = ("lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens", "retrieval_calls",
+          "distinct_passages")
 REQUIRED_ROW_KEYS = ("id", "question", "answers", "metrics", "trace")
 
 

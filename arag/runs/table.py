@@ -23,6 +23,7 @@ LEVEL = 0.95
 COST_COLUMNS = {
     "lm_calls": "LM calls/q",
     "prompt_tokens": "prompt tok/q",
+    "reused_prompt_tokens": "of which reused/q",
     "completion_tokens": "compl. tok/q",
     "retrieval_calls": "retrievals/q",
     "seconds": "s/q",
@@ -64,7 +65,7 @@ def question_scores(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str,
 def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics: Sequence[str],
                baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (name, rows) run: questions, failures, each metric's mean and its difference from the
-    baseline run's (named by its name), and each cost's mean per question."""
+    baseline run's (named by its name), and each cost's mean per question (over the rows that record it)."""
     named = dict(runs)
     if baseline is not None and baseline not in named:
         raise ConfigError(f"the baseline {baseline!r} is not one of the runs: {', '.join(named)}")
@@ -78,7 +79,8 @@ def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics:
             if baseline is not None and name != baseline:
                 row[f"{metric} vs {baseline}"] = paired_difference(scores, question_scores(named[baseline], metric))
         for cost in COST_COLUMNS:
-            row[cost] = sum(float(r.get(cost, 0.0)) for r in rows) / n if n else 0.0
+            counted = [float(r[cost]) for r in rows if cost in r]  # rows written before a count existed lack it
+            row[cost] = sum(counted) / len(counted) if counted else None
         table.append(row)
     return table
 

@@ -30,6 +30,7 @@ class Trace:
         self.steps: list[dict[str, Any]] = []
         self.lm_calls = 0
         self.prompt_tokens = 0
+        self.reused_prompt_tokens = 0  # of those, the ones the engine took from its cache of an earlier prompt
         self.completion_tokens = 0
         self.retrieval_calls = 0
         self.passage_ids: set[str] = set()
@@ -74,6 +75,7 @@ class Trace:
         return {
             "lm_calls": self.lm_calls,
             "prompt_tokens": self.prompt_tokens,
+            "reused_prompt_tokens": self.reused_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "retrieval_calls": self.retrieval_calls,
             "distinct_passages": len(self.passage_ids),
@@ -169,3 +171,4 @@ def _add_usage(trace: Trace, totals_by_lm: dict[str, dict[str, Any]]) -> None:
     for totals in totals_by_lm.values():
         trace.prompt_tokens += int(totals.get("prompt_tokens") or totals.get("input_tokens") or 0)
         trace.completion_tokens += int(totals.get("completion_tokens") or totals.get("output_tokens") or 0)
+        trace.reused_prompt_tokens += int((totals.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
