@@ -42,5 +42,5 @@ def _parse(record: dict, where: str, path: Path) -> dict:
     }
 
 
-DATASET = Dataset(name="arc", pattern=re.compile(r"(?<![a-z])arc(?![a-z])"), metrics=("choice_acc",),
+DATASET = Dataset(name="arc", precedence=60, pattern=re.compile(r"(?<![a-z])arc(?![a-z])"), metrics=("choice_acc",),
                   meta_keys=("choices",), formats=(RecordFormat("arc", _parse, _detect),))

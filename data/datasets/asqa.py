@@ -37,5 +37,5 @@ def _parse(record: dict, where: str, path: Path) -> dict:
     }
 
 
-DATASET = Dataset(name="asqa", pattern=re.compile(r"asqa"), metrics=("str_em", "str_hit"),
+DATASET = Dataset(name="asqa", precedence=110, pattern=re.compile(r"asqa"), metrics=("str_em", "str_hit"),
                   formats=(RecordFormat("asqa", _parse, lambda path, record: "qa_pairs" in record),))

@@ -28,9 +28,11 @@ class Dataset:
     """A QA dataset. `name` is its examples' `dataset` field; `pattern` finds it in a lower-case path, source or
     label; `metrics` name the metrics of `arag.data.metrics.METRICS` that score it by default; `meta_keys` are keys
     of `meta` that only its examples carry in the project's JSON Lines shape; `formats` are the file formats of its
-    original release."""
+    original release. `precedence` orders the datasets: when a text names two, or a record or file fits the
+    formats of two, the lower one wins (2WikiMultihopQA, in HotpotQA's shape but with `evidences`, before HotpotQA)."""
 
     name: str
+    precedence: int
     pattern: re.Pattern[str]
     metrics: tuple[str, ...]
     meta_keys: tuple[str, ...] = ()

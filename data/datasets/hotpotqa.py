@@ -46,5 +46,5 @@ def multihop_context_format(name: str, detect: Callable[[Path, dict], bool]) -> 
     return RecordFormat(name, lambda record, where, path: _multihop_context_fields(record, where, name), detect)
 
 
-DATASET = Dataset(name="hotpotqa", pattern=re.compile(r"hotpot"), metrics=("em", "f1"),
+DATASET = Dataset(name="hotpotqa", precedence=20, pattern=re.compile(r"hotpot"), metrics=("em", "f1"),
                   formats=(multihop_context_format("hotpotqa", lambda path, record: has_multihop_context(record)),))

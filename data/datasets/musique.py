@@ -40,6 +40,6 @@ def _parse(record: dict, where: str, path: Path) -> dict:
     }
 
 
-DATASET = Dataset(name="musique", pattern=re.compile(r"musique"), metrics=("em", "f1"),
+DATASET = Dataset(name="musique", precedence=30, pattern=re.compile(r"musique"), metrics=("em", "f1"),
                   meta_keys=("question_decomposition",),
                   formats=(RecordFormat("musique", _parse, lambda path, record: "paragraphs" in record),))

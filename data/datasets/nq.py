@@ -4,5 +4,6 @@ import re
 
 from arag.data.datasets.declaration import Dataset
 
-DATASET = Dataset(name="nq", pattern=re.compile(r"nq[_-]open|natural[_ -]questions|(?<![a-z])nq(?![a-z])"),
+DATASET = Dataset(name="nq", precedence=80,
+                  pattern=re.compile(r"nq[_-]open|natural[_ -]questions|(?<![a-z])nq(?![a-z])"),
                   metrics=("match", "em", "f1"))

@@ -30,5 +30,5 @@ def _parse(record: dict, where: str, path: Path) -> dict:
             "meta": meta}
 
 
-DATASET = Dataset(name="popqa", pattern=re.compile(r"popqa"), metrics=("match", "em", "f1"),
+DATASET = Dataset(name="popqa", precedence=50, pattern=re.compile(r"popqa"), metrics=("match", "em", "f1"),
                   meta_keys=("s_pop", "prop"), formats=(RecordFormat("popqa", _parse, suffix=".tsv"),))

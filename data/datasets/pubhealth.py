@@ -42,5 +42,6 @@ def _parse(record: dict, where: str, path: Path) -> dict:
     }
 
 
-DATASET = Dataset(name="pubhealth", pattern=re.compile(r"pubhealth|health_claims"), metrics=("yes_no_acc",),
+DATASET = Dataset(name="pubhealth", precedence=100, pattern=re.compile(r"pubhealth|health_claims"),
+                  metrics=("yes_no_acc",),
                   formats=(RecordFormat("pubhealth", _parse, _detect),))

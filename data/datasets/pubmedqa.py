@@ -4,5 +4,5 @@ import re
 
 from arag.data.datasets.declaration import Dataset
 
-DATASET = Dataset(name="pubmedqa", pattern=re.compile(r"pubmed_?qa"), metrics=("yes_no_acc",),
+DATASET = Dataset(name="pubmedqa", precedence=90, pattern=re.compile(r"pubmed_?qa"), metrics=("yes_no_acc",),
                   meta_keys=("label_set",))

@@ -35,5 +35,5 @@ def _parse(record: dict, where: str, path: Path) -> dict:
     }
 
 
-DATASET = Dataset(name="strategyqa", pattern=re.compile(r"strategy_?qa"), metrics=("yes_no_acc",),
+DATASET = Dataset(name="strategyqa", precedence=40, pattern=re.compile(r"strategy_?qa"), metrics=("yes_no_acc",),
                   meta_keys=("decomposition",), formats=(RecordFormat("strategyqa", _parse, _detect),))

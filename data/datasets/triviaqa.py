@@ -4,4 +4,4 @@ import re
 
 from arag.data.datasets.declaration import Dataset
 
-DATASET = Dataset(name="triviaqa", pattern=re.compile(r"trivia_?qa"), metrics=("match", "em", "f1"))
+DATASET = Dataset(name="triviaqa", precedence=70, pattern=re.compile(r"trivia_?qa"), metrics=("match", "em", "f1"))

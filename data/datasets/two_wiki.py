@@ -13,5 +13,5 @@ def _detect(path: Path, record: dict) -> bool:
     return has_multihop_context(record) and ("evidences" in record or "2wiki" in path.name.lower())
 
 
-DATASET = Dataset(name="2wiki", pattern=re.compile(r"2wiki"), metrics=("em", "f1"),
+DATASET = Dataset(name="2wiki", precedence=10, pattern=re.compile(r"2wiki"), metrics=("em", "f1"),
                   formats=(multihop_context_format("2wiki", _detect),))
