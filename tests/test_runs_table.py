@@ -49,6 +49,15 @@ def test_table_rows_hold_means_differences_and_costs():
         table_rows(runs, ["f1"], baseline="nope")
 
 
+def test_a_count_that_some_rows_lack_is_left_out_not_averaged_over_the_others():
+    older = rows([1.0, 1.0, 0.0])
+    newer = [{**row, "id": f"new{i}", "reused_prompt_tokens": 80} for i, row in enumerate(rows([1.0, 0.0]))]
+    [mixed, recorded] = table_rows([("mixed", older + newer[:1]), ("recorded", newer)], ["f1"])
+    assert mixed["reused_prompt_tokens"] is None and mixed["prompt_tokens"] == 100.0
+    assert recorded["reused_prompt_tokens"] == 80.0
+    assert "| mixed | 4 | 0 | 0.750 | 1.0 | 100.0 | — |" in markdown([mixed, recorded], ["f1"])
+
+
 def write_run(folder, scores):
     folder.mkdir()
     (folder / "run.json").write_text(json.dumps({"program": folder.name}))

@@ -65,7 +65,8 @@ def question_scores(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str,
 def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics: Sequence[str],
                baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (name, rows) run: questions, failures, each metric's mean and its difference from the
-    baseline run's (named by its name), and each cost's mean per question (over the rows that record it)."""
+    baseline run's (named by its name), and each cost's mean per question (None when a row lacks that count, as
+    rows written before the count existed do)."""
     named = dict(runs)
     if baseline is not None and baseline not in named:
         raise ConfigError(f"the baseline {baseline!r} is not one of the runs: {', '.join(named)}")
@@ -80,7 +81,7 @@ def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics:
                 row[f"{metric} vs {baseline}"] = paired_difference(scores, question_scores(named[baseline], metric))
         for cost in COST_COLUMNS:
             counted = [float(r[cost]) for r in rows if cost in r]  # rows written before a count existed lack it
-            row[cost] = sum(counted) / len(counted) if counted else None
+            row[cost] = sum(counted) / n if counted and len(counted) == n else None
         table.append(row)
     return table
 
