@@ -1,0 +1,514 @@
+"""Retrieval engines at 100k, 1M and 5M passages: build time, size on disk, memory, query latency at 1 and
+16 concurrent clients, top-10 agreement with bm25s; then each figure projected to DPR Wikipedia's 21M passages.
+
+    python benchmarks/scale.py [--sizes 100000,1000000,5000000] [--engines bm25s,lucene,dense-disk]
+                               [--queries 200] [--work DIR] [--out DIR] [--pause-pid PID] [--quick]
+    python benchmarks/scale.py --table-only [--out DIR]
+
+Corpora and queries: benchmarks/scale_corpus.py (real QA passages, then 100-word passages drawn from
+their words; queries are the first 120 characters of HotpotQA passages, top 10). Corpora and indexes
+go under --work (default /work/scale-data, outside the repository); each engine at each size writes
+its figures to --out (default benchmarks/results/scale/ENGINE-SIZE.json) and the table is printed
+from every result there, so engines measured in separate runs share one table.
+
+Every engine goes through arag's API only (`build_index`, then `open_retriever("KIND:DIR")`, or the
+index class's `load` where it needs an object such as an encoder). Its build runs in one child
+process and its serving in another, so peak and resident memory (VmHWM, VmRSS split into anonymous
+and file-backed pages, from /proc/self/status) are that step's alone. Serving: open, 50 warm-up
+queries, then the measured queries from 1 client and from 16 concurrent clients (threads calling
+`retrieve`), each query timed on its own; p50/p99. Agreement: the mean share of bm25s's top 10 that
+an engine's top 10 holds, on the same queries at the same size. "source hit@10": how often the
+HotpotQA passage a query was cut from is in the top 10.
+
+The dense engines are measured with benchmarks/hashed_encoder.py, a hashed bag of words (not a
+semantic model), so that million-passage builds take minutes; MiniLM's own encoding rate is
+measured on a sample and its encoding time for a corpus projected from it.
+
+An engine is not built at a size when the growth of its build's peak memory over the sizes already
+measured projects above --memory-limit-gb: its figures there are projected instead.
+
+--pause-pid: a process that shares the machine (another benchmark) is stopped (SIGSTOP) while an
+engine builds or serves, and continued (SIGCONT) after, at most --pause-budget seconds in all, so
+that timings are not another program's; it is continued on every exit path. Each result records
+how many of its seconds ran with that process stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import math
+import os
+import platform
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+BENCHMARKS = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCHMARKS))
+
+import scale_corpus  # noqa: E402
+
+DATASETS = BENCHMARKS.parents[1] / "shared" / "datasets"
+DEFAULT_WORK = Path("/work/scale-data")
+DEFAULT_OUT = BENCHMARKS / "results" / "scale"
+TOP_K = 10
+CLIENTS = (1, 16)
+WARM_UP_QUERIES = 50
+DPR_WIKIPEDIA = 21_015_324  # passages of the 100-word DPR Wikipedia split (Pyserini's wikipedia-dpr-100w)
+QUICK_SIZES = "5000,8000"
+QUICK_QUERIES = 20
+MINILM_SAMPLE = 256
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How to build and open one retrieval engine through arag: index kind, build options, the options of the
+    index class's `load` (none: opened by its spec `KIND:DIR`), and the engine whose top 10 it is compared with."""
+
+    kind: str
+    about: str
+    build_options: Callable[[], dict] = dict
+    load_options: Callable[[], dict] = dict
+    reference: str | None = None
+
+
+ENGINES: dict[str, Engine] = {
+    "bm25s": Engine("bm25", "bm25s (numba backend), k1 1.5, b 0.75, score arrays memory-mapped, passages in memory"),
+}
+
+# ---------------------------------------------------------------- children: one engine, one step, one process
+
+
+def memory() -> dict:
+    """This process's peak and current resident memory in bytes, current split into anonymous and file-backed."""
+    wanted = {"VmHWM": "peak", "VmRSS": "rss", "RssAnon": "rss_anon", "RssFile": "rss_file"}
+    figures = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in wanted:
+                figures[wanted[name]] = int(value.split()[0]) * 1024
+    figures["children_peak"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return figures
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def build_child(engine: Engine, corpus: Path, index_dir: Path) -> dict:
+    from arag.retrievers import build_index
+
+    options = engine.build_options()
+    started = time.perf_counter()
+    build_index(corpus, index_dir, kind=engine.kind, **options)
+    seconds = time.perf_counter() - started
+    return {"build_s": seconds, "build_memory": memory(), "disk_bytes": folder_bytes(index_dir)}
+
+
+def open_engine(engine: Engine, index_dir: Path):
+    from arag.retrievers import INDEX_KINDS, open_retriever
+
+    options = engine.load_options()
+    if options:
+        return INDEX_KINDS[engine.kind].load(index_dir, **options)
+    return open_retriever(f"{engine.kind}:{index_dir}")
+
+
+def timed_queries(retriever, queries: list[str], clients: int) -> tuple[list[float], list[list[str]], float]:
+    """Each query's milliseconds and top-k ids, with `clients` threads calling `retrieve` at once; and queries/s."""
+
+    def one(query: str) -> tuple[float, list[str]]:
+        started = time.perf_counter()
+        found = retriever.retrieve(query, TOP_K)
+        return 1000 * (time.perf_counter() - started), [passage.id for passage in found]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        done = list(pool.map(one, queries))
+    wall = time.perf_counter() - started
+    return [ms for ms, _ in done], [ids for _, ids in done], len(queries) / wall
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
+
+
+def serve_child(engine: Engine, index_dir: Path, queries_file: Path, ids_file: Path) -> dict:
+    measured, warm_up = json.loads(queries_file.read_text())
+    started = time.perf_counter()
+    retriever = open_engine(engine, index_dir)
+    figures = {"load_s": time.perf_counter() - started, "loaded_memory": memory()}
+    timed_queries(retriever, [row["query"] for row in warm_up], 1)
+    texts = [row["query"] for row in measured]
+    for clients in CLIENTS:
+        latencies, ids, per_second = timed_queries(retriever, texts, clients)
+        figures[f"clients_{clients}"] = {"p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99),
+                                         "queries_per_s": per_second}
+        if clients == 1:
+            ids_file.write_text(json.dumps(ids))
+            figures["source_hit_at_10"] = statistics.mean(
+                row["source_id"] in found for row, found in zip(measured, ids))
+    figures["serving_memory"] = memory()
+    return figures
+
+
+def minilm_child(corpus: Path, sample: int) -> dict:
+    """MiniLM's encoding rate (passages/s) on `sample` synthetic passages, with the dense index's batch size."""
+    from arag.data.corpus import iter_corpus
+    from arag.retrievers.dense import load_sentence_model
+
+    texts = []
+    for passage in iter_corpus(corpus):
+        if passage.id.startswith("synthetic-"):
+            texts.append(passage.long_text)
+            if len(texts) == sample:
+                break
+    model = load_sentence_model()
+    model.encode(texts[:16], batch_size=16)
+    started = time.perf_counter()
+    model.encode(texts, batch_size=16)
+    seconds = time.perf_counter() - started
+    return {"passages": len(texts), "seconds": seconds, "passages_per_s": len(texts) / seconds,
+            "max_seq_length": model.max_seq_length, "threads": _torch_threads()}
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def child_main(step: str, arguments: dict) -> dict:
+    if step == "minilm":
+        return minilm_child(Path(arguments["corpus"]), arguments["sample"])
+    engine = ENGINES[arguments["engine"]]
+    if step == "build":
+        return build_child(engine, Path(arguments["corpus"]), Path(arguments["index"]))
+    return serve_child(engine, Path(arguments["index"]), Path(arguments["queries"]), Path(arguments["ids"]))
+
+
+# ---------------------------------------------------------------- the parent: corpora, children, results, table
+
+
+class Pauser:
+    """Stops another process while a measured phase runs and continues it after, within a budget of seconds."""
+
+    def __init__(self, pid: int | None, budget_s: float):
+        self.pid = pid
+        self.left_s = budget_s if pid else 0.0
+        self._stopped = False
+        self._lock = threading.Lock()
+
+    def resume_on_exit(self) -> None:
+        """Continues the process however this one ends short of SIGKILL: normal exit, exception, signal."""
+        atexit.register(self.resume)
+        for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(number, self._resume_and_exit)
+
+    @contextmanager
+    def phase(self):
+        """Yields a dict whose "paused_s" says how long the process was stopped during the block."""
+        record = {"paused_s": 0.0, "seconds": 0.0, "load_average_before": os.getloadavg()[0]}
+        started = time.monotonic()
+        if self.left_s <= 0:
+            yield record
+            record["seconds"] = time.monotonic() - started
+            return
+        self._signal(signal.SIGSTOP)
+        timer = threading.Timer(self.left_s, self.resume)
+        timer.start()
+        try:
+            yield record
+        finally:
+            timer.cancel()
+            self.resume()
+            record["seconds"] = time.monotonic() - started
+            record["paused_s"] = min(record["seconds"], self.left_s)
+            self.left_s -= record["paused_s"]
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._stopped:
+                self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> None:
+        try:
+            os.kill(self.pid, number)
+        except ProcessLookupError:
+            self.left_s = 0.0
+        self._stopped = number == signal.SIGSTOP
+
+    def _resume_and_exit(self, number, frame) -> None:
+        self.resume()
+        sys.exit(128 + number)
+
+
+def in_child(step: str, **arguments) -> dict:
+    command = [sys.executable, __file__, "--child", step, "--child-arguments", json.dumps(arguments, default=str)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"{step} {arguments} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def growth(points: list[tuple[int, float]], size: int) -> tuple[float, float] | None:
+    """(projected value at `size`, exponent b) of the power law y = a n^b through the two largest measured sizes."""
+    points = sorted(point for point in points if point[1] and point[1] > 0)
+    if len(points) < 2:
+        return None
+    (n1, y1), (n2, y2) = points[-2:]
+    exponent = math.log(y2 / y1) / math.log(n2 / n1)
+    return y2 * (size / n2) ** exponent, exponent
+
+
+def agreement(ids: list[list[str]], reference: list[list[str]]) -> float:
+    """The mean share of the reference's top 10 found in `ids`' top 10, query by query."""
+    return statistics.mean(len(set(mine) & set(theirs)) / TOP_K for mine, theirs in zip(ids, reference))
+
+
+FIGURES = {  # name -> how to read it from a result
+    "build_s": lambda r: r["build"]["build_s"],
+    "build_peak": lambda r: max(r["build"]["build_memory"]["peak"], r["build"]["build_memory"]["children_peak"]),
+    "disk_bytes": lambda r: r["build"]["disk_bytes"],
+    "serving_rss": lambda r: r["serve"]["serving_memory"]["rss"],
+    "serving_anon": lambda r: r["serve"]["serving_memory"]["rss_anon"],
+    "p50_1": lambda r: r["serve"]["clients_1"]["p50_ms"],
+    "p99_1": lambda r: r["serve"]["clients_1"]["p99_ms"],
+    "p50_16": lambda r: r["serve"]["clients_16"]["p50_ms"],
+    "p99_16": lambda r: r["serve"]["clients_16"]["p99_ms"],
+    "qps_16": lambda r: r["serve"]["clients_16"]["queries_per_s"],
+}
+
+
+def read_results(out: Path) -> dict[str, dict[int, dict]]:
+    results: dict[str, dict[int, dict]] = {}
+    for path in sorted(out.glob("*.json")):
+        result = json.loads(path.read_text())
+        if "engine" in result:
+            results.setdefault(result["engine"], {})[result["size"]] = result
+    return results
+
+
+def projected_build_peak(out: Path, name: str, size: int) -> float | None:
+    measured = read_results(out).get(name, {})
+    projection = growth([(n, FIGURES["build_peak"](r)) for n, r in measured.items()], size)
+    if projection:
+        return projection[0]
+    if measured:  # one size: linear in n
+        n, result = max(measured.items())
+        return FIGURES["build_peak"](result) * size / n
+    return None
+
+
+def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
+    engine = ENGINES[name]
+    peak = projected_build_peak(args.out, name, size)
+    if peak and peak > args.memory_limit_gb * 2**30:
+        print(f"{name} at {size:,}: not built, its build would peak near {peak / 2**30:.1f} GB "
+              f"(over --memory-limit-gb {args.memory_limit_gb:g}); projected instead", file=sys.stderr)
+        return None
+    corpus = scale_corpus.write_corpus(args.datasets, size, args.work / "corpora" / f"corpus-{size}.jsonl")
+    index_dir = args.work / "indexes" / f"{name}-{size}"
+    ids_file = args.work / "ids" / f"{name}-{size}.json"
+    ids_file.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(index_dir, ignore_errors=True)
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    print(f"{name} at {size:,}: building ...", file=sys.stderr, flush=True)
+    with pauser.phase() as build_pause:
+        built = in_child("build", engine=name, corpus=corpus, index=index_dir)
+    print(f"{name} at {size:,}: serving ...", file=sys.stderr, flush=True)
+    with pauser.phase() as serve_pause:
+        served = in_child("serve", engine=name, index=index_dir, queries=args.work / "queries.json", ids=ids_file)
+    result = {"engine": name, "kind": engine.kind, "about": engine.about, "size": size, "build": built,
+              "serve": served, "phases": {"build": build_pause, "serve": serve_pause},
+              "queries": args.queries, "clients": list(CLIENTS), "machine": machine(), "commit": commit(),
+              "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    reference_ids = args.work / "ids" / f"{engine.reference}-{size}.json"
+    if engine.reference and reference_ids.is_file():
+        result["agreement"] = {"with": engine.reference, "top_10": agreement(json.loads(ids_file.read_text()),
+                                                                              json.loads(reference_ids.read_text()))}
+    (args.out / f"{name}-{size}.json").write_text(json.dumps(result, indent=2) + "\n")
+    if not args.keep_indexes:
+        shutil.rmtree(index_dir)
+    return result
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+                 platform.processor())
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"cpu": model, "cores": os.cpu_count(), "memory_bytes": total, "python": platform.python_version()}
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "-C", str(BENCHMARKS), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def gigabytes(value: float) -> str:
+    return f"{value / 2**30:.2f} GB"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def table_row(name: str, size: int, label: str, value: dict, agreement_cell: str, hit_cell: str) -> str:
+    return (
+        f"| {name} | {size:,} | {label} | {duration(value['build_s'])} | {gigabytes(value['build_peak'])} "
+        f"| {gigabytes(value['disk_bytes'])} | {gigabytes(value['serving_rss'])} ({gigabytes(value['serving_anon'])}) "
+        f"| {value['p50_1']:.1f} / {value['p99_1']:.1f} ms | {value['p50_16']:.1f} / {value['p99_16']:.1f} ms "
+        f"| {value['qps_16']:,.0f} | {agreement_cell} | {hit_cell} |"
+    )
+
+
+def table(results: dict[str, dict[int, dict]], projected_sizes: list[int]) -> str:
+    """Measured rows, then each engine projected to the sizes it was not measured at."""
+    lines = [
+        "| engine | passages | figures | build | build peak RAM | on disk | serving RSS (anon) | "
+        "p50 / p99, 1 client | p50 / p99, 16 clients | queries/s, 16 clients | top-10 agreement (with) "
+        "| source hit@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, by_size in results.items():
+        for size, result in sorted(by_size.items()):
+            quiet = all(phase["paused_s"] >= 0.99 * phase["seconds"] for phase in result["phases"].values())
+            agree = result.get("agreement")
+            lines.append(table_row(
+                name, size, "measured (quiet)" if quiet else "measured",
+                {figure: read(result) for figure, read in FIGURES.items()},
+                f"{agree['top_10']:.3f} ({agree['with']})" if agree else "—",
+                f"{result['serve']['source_hit_at_10']:.3f}",
+            ))
+        for size in projected_sizes:
+            fits = {name: growth([(n, read(r)) for n, r in by_size.items()], size) for name, read in FIGURES.items()}
+            if size not in by_size and all(fits.values()):
+                lines.append(table_row(name, size, "projected", {k: fit[0] for k, fit in fits.items()}, "—", "—"))
+    return "\n".join(lines)
+
+
+def exponent_table(results: dict[str, dict[int, dict]]) -> str:
+    """The exponent b of y = a n^b behind each projection (1 = linear in the passages, 0 = flat)."""
+    shown = ("build_s", "build_peak", "disk_bytes", "serving_rss", "p50_1", "p99_1", "p50_16")
+    lines = ["| engine | from sizes | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
+    for name, by_size in results.items():
+        fits = [growth([(n, FIGURES[figure](r)) for n, r in by_size.items()], 1) for figure in shown]
+        if fits[0] is None:
+            continue
+        cells = ["—" if fit is None else f"{fit[1]:.2f}" for fit in fits]
+        sizes = " and ".join(f"{n:,}" for n in sorted(by_size)[-2:])
+        lines.append(f"| {name} | {sizes} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def minilm_line(out: Path) -> str | None:
+    path = out / "minilm-encoding.json"
+    if not path.is_file():
+        return None
+    rate = json.loads(path.read_text())
+    hours = DPR_WIKIPEDIA / rate["passages_per_s"] / 3600
+    return (f"MiniLM (all-MiniLM-L6-v2, max {rate['max_seq_length']} tokens, {rate['threads']} threads): "
+            f"{rate['passages_per_s']:.1f} passages/s on {rate['passages']} 100-word passages, so "
+            f"{DPR_WIKIPEDIA:,} passages would take {hours:,.0f} h ({hours / 24:.1f} days) to encode here")
+
+
+def report(out: Path, projected_sizes: list[int]) -> None:
+    results = read_results(out)
+    if not results:
+        print(f"no results in {out}")
+        return
+    print(f"top {TOP_K}; latency from 1 and 16 concurrent clients; (quiet): the process named by --pause-pid was "
+          "stopped while that row's engine built and served; projected: power law through the two largest "
+          "measured sizes\n")
+    print(table(results, projected_sizes))
+    print("\nGrowth exponents b (y = a n^b):\n")
+    print(exponent_table(results))
+    line = minilm_line(out)
+    if line:
+        print("\n" + line)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
+    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated: {', '.join(ENGINES)}")
+    parser.add_argument("--queries", type=int, default=200, help="measured queries per engine and size")
+    parser.add_argument("--datasets", type=Path, default=DATASETS, help="folder holding the QA sets' corpus.jsonl")
+    parser.add_argument("--work", type=Path, help=f"corpora and indexes (default {DEFAULT_WORK}; --quick: temporary)")
+    parser.add_argument("--out", type=Path, help=f"result files (default {DEFAULT_OUT}; --quick: under --work)")
+    parser.add_argument("--project", default=f"5000000,{DPR_WIKIPEDIA}", help="sizes to project figures to")
+    parser.add_argument("--memory-limit-gb", type=float, default=8.0,
+                        help="build no engine whose build peak projects above this")
+    parser.add_argument("--minilm-sample", type=int, default=MINILM_SAMPLE,
+                        help="passages to time MiniLM's encoding on (0: skip)")
+    parser.add_argument("--pause-pid", type=int, help="a process to stop while engines build and serve")
+    parser.add_argument("--pause-budget", type=float, default=1200.0, help="seconds it may be stopped in all")
+    parser.add_argument("--keep-indexes", action="store_true", help="keep each index folder after measuring it")
+    parser.add_argument("--table-only", action="store_true", help="print the table from the results in --out")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"sizes {QUICK_SIZES}, {QUICK_QUERIES} queries, no MiniLM, in a temporary folder")
+    parser.add_argument("--child", choices=("build", "serve", "minilm"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-arguments", default="{}", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(child_main(args.child, json.loads(args.child_arguments))))
+        return 0
+    projected_sizes = [int(size) for size in args.project.split(",")]
+    if args.quick:
+        args.sizes, args.queries, args.minilm_sample = QUICK_SIZES, QUICK_QUERIES, 0
+    with tempfile.TemporaryDirectory(prefix="arag-scale-") as scratch:
+        args.work = args.work or (Path(scratch) if args.quick else DEFAULT_WORK)
+        args.out = args.out or (args.work / "results" if args.quick else DEFAULT_OUT)
+        if args.table_only:
+            report(args.out, projected_sizes)
+            return 0
+        unknown = sorted(set(args.engines.split(",")) - set(ENGINES))
+        if unknown:
+            sys.exit(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        measured, warm_up = scale_corpus.queries(args.datasets, args.queries, WARM_UP_QUERIES)
+        (args.work / "queries.json").write_text(json.dumps([measured, warm_up]))
+        pauser = Pauser(args.pause_pid, args.pause_budget)
+        pauser.resume_on_exit()
+        references = {engine.reference for engine in ENGINES.values()}
+        engines = sorted(args.engines.split(","), key=lambda name: name not in references)  # references first
+        for size in sorted(int(size) for size in args.sizes.split(",")):
+            for name in engines:
+                measure(name, size, args, pauser)
+        if args.minilm_sample:
+            corpus = args.work / "corpora" / f"corpus-{min(int(s) for s in args.sizes.split(','))}.jsonl"
+            with pauser.phase() as phase:
+                rate = in_child("minilm", corpus=corpus, sample=args.minilm_sample)
+            rate.update(phase=phase, machine=machine(), commit=commit())
+            (args.out / "minilm-encoding.json").write_text(json.dumps(rate, indent=2) + "\n")
+        report(args.out, projected_sizes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

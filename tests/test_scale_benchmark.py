@@ -1,0 +1,103 @@
+"""benchmarks/scale.py: its --quick run end to end (seconds, no timing assertions), and the pieces its
+figures rest on: deterministic corpora, the growth fit behind the projections, the pausing of another process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+sys.path.insert(0, str(BENCHMARKS))
+
+import scale  # noqa: E402
+import scale_corpus  # noqa: E402
+
+needs_datasets = pytest.mark.skipif(not (DATASETS / "hotpotqa").is_dir(), reason=f"{DATASETS} is not present")
+
+
+@needs_datasets
+def test_a_quick_run_measures_bm25s_and_projects_it(tmp_path):
+    command = [sys.executable, str(BENCHMARKS / "scale.py"), "--quick", "--engines", "bm25s",
+               "--datasets", str(DATASETS), "--work", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sizes = [int(size) for size in scale.QUICK_SIZES.split(",")]
+    for size in sizes:
+        result = json.loads((tmp_path / "results" / f"bm25s-{size}.json").read_text())
+        assert result["build"]["disk_bytes"] > 0 and result["build"]["build_memory"]["peak"] > 0
+        assert result["serve"]["clients_16"]["p99_ms"] >= result["serve"]["clients_16"]["p50_ms"] > 0
+        # Every query is the start of a passage in the corpus: BM25 finds nearly all of them.
+        assert result["serve"]["source_hit_at_10"] >= 0.9
+        assert len(json.loads((tmp_path / "ids" / f"bm25s-{size}.json").read_text())) == scale.QUICK_QUERIES
+    assert f"| bm25s | {sizes[-1]:,} | measured |" in done.stdout
+    assert f"| bm25s | {scale.DPR_WIKIPEDIA:,} | projected |" in done.stdout
+
+
+@needs_datasets
+def test_corpora_are_the_real_passages_then_synthetic_ones_the_same_every_time(tmp_path):
+    real = len(scale_corpus.real_passages(DATASETS))
+    size = real + 30
+    first = scale_corpus.write_corpus(DATASETS, size, tmp_path / "a.jsonl")
+    second = scale_corpus.write_corpus(DATASETS, size, tmp_path / "b.jsonl")
+    assert first.read_bytes() == second.read_bytes()
+    rows = [json.loads(line) for line in first.read_text().splitlines()]
+    assert len(rows) == len({row["id"] for row in rows}) == size
+    assert rows[0]["id"].startswith("hotpotqa-") and rows[real]["id"] == f"synthetic-{real:08d}"
+    assert all(len(row["text"].split()) == scale_corpus.SYNTHETIC_WORDS for row in rows[real:])
+    measured, warm_up = scale_corpus.queries(DATASETS, 5, 3)
+    assert len(measured) == 5 and len(warm_up) == 3
+    assert all(len(row["query"]) <= scale_corpus.QUERY_CHARS for row in measured + warm_up)
+    assert len({row["source_id"] for row in measured + warm_up}) == 8
+
+
+def test_the_growth_fit_is_the_power_law_through_the_two_largest_sizes():
+    value, exponent = scale.growth([(10, 999.0), (100, 20.0), (1000, 200.0)], 10_000)
+    assert exponent == pytest.approx(1.0) and value == pytest.approx(2000.0)
+    value, exponent = scale.growth([(100, 5.0), (10_000, 50.0)], 1_000_000)
+    assert exponent == pytest.approx(0.5) and value == pytest.approx(500.0)
+    assert scale.growth([(100, 5.0)], 1000) is None
+
+
+def test_agreement_is_the_mean_share_of_the_reference_top_10():
+    reference = [[f"p{i}" for i in range(10)], [f"q{i}" for i in range(10)]]
+    mine = [[f"p{i}" for i in range(7)] + ["x", "y", "z"], reference[1][::-1]]
+    assert scale.agreement(mine, reference) == pytest.approx((0.7 + 1.0) / 2)
+
+
+def becomes(pid: int, stopped: bool) -> bool:
+    """Whether the process is (or is not) stopped within a second: a signal takes a moment to arrive."""
+    deadline = time.monotonic() + 1
+    while time.monotonic() < deadline:
+        if (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T") == stopped:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_paused_process_is_stopped_during_a_phase_and_continued_after_on_error_or_out_of_budget():
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        pauser = scale.Pauser(sleeper.pid, budget_s=10)
+        with pytest.raises(ZeroDivisionError), pauser.phase():
+            assert becomes(sleeper.pid, stopped=True)
+            1 / 0
+        assert becomes(sleeper.pid, stopped=False)
+        with pauser.phase() as record:
+            assert becomes(sleeper.pid, stopped=True)
+        assert becomes(sleeper.pid, stopped=False)
+        assert 0 < record["paused_s"] <= record["seconds"] and pauser.left_s < 10
+        short = scale.Pauser(sleeper.pid, budget_s=0.2)
+        with short.phase() as record:
+            assert becomes(sleeper.pid, stopped=False)  # continued when the budget ran out, mid-phase
+        assert record["paused_s"] == pytest.approx(0.2) and short.left_s == pytest.approx(0)
+        with short.phase():
+            assert not becomes(sleeper.pid, stopped=True)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
