@@ -114,10 +114,16 @@ def build_child(engine: Engine, corpus: Path, index_dir: Path) -> dict:
     from arag.retrievers import build_index
 
     options = engine.build_options()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_seconds()
     build_index(corpus, index_dir, kind=engine.kind, **options)
-    seconds = time.perf_counter() - started
-    return {"build_s": seconds, "build_memory": memory(), "disk_bytes": folder_bytes(index_dir)}
+    return {"build_s": time.perf_counter() - started, "build_cpu_s": cpu_seconds() - cpu_started,
+            "build_memory": memory(), "disk_bytes": folder_bytes(index_dir)}
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children: unlike wall time, it hardly moves with other load."""
+    return sum(resource.getrusage(who).ru_utime + resource.getrusage(who).ru_stime
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
 
 
 def open_engine(engine: Engine, index_dir: Path):
@@ -129,19 +135,21 @@ def open_engine(engine: Engine, index_dir: Path):
     return open_retriever(f"{engine.kind}:{index_dir}")
 
 
-def timed_queries(retriever, queries: list[str], clients: int) -> tuple[list[float], list[list[str]], float]:
-    """Each query's milliseconds and top-k ids, with `clients` threads calling `retrieve` at once; and queries/s."""
+def timed_queries(retriever, queries: list[str], clients: int) -> dict:
+    """With `clients` threads calling `retrieve` at once: each query's milliseconds, the CPU milliseconds of the
+    thread that ran it, its top-k ids; and queries/s."""
 
-    def one(query: str) -> tuple[float, list[str]]:
-        started = time.perf_counter()
+    def one(query: str) -> tuple[float, float, list[str]]:
+        started, cpu_started = time.perf_counter(), time.thread_time()
         found = retriever.retrieve(query, TOP_K)
-        return 1000 * (time.perf_counter() - started), [passage.id for passage in found]
+        return 1000 * (time.perf_counter() - started), 1000 * (time.thread_time() - cpu_started), [p.id for p in found]
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         done = list(pool.map(one, queries))
     wall = time.perf_counter() - started
-    return [ms for ms, _ in done], [ids for _, ids in done], len(queries) / wall
+    return {"ms": [row[0] for row in done], "cpu_ms": [row[1] for row in done], "ids": [row[2] for row in done],
+            "queries_per_s": len(queries) / wall}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -157,13 +165,15 @@ def serve_child(engine: Engine, index_dir: Path, queries_file: Path, ids_file: P
     timed_queries(retriever, [row["query"] for row in warm_up], 1)
     texts = [row["query"] for row in measured]
     for clients in CLIENTS:
-        latencies, ids, per_second = timed_queries(retriever, texts, clients)
-        figures[f"clients_{clients}"] = {"p50_ms": statistics.median(latencies), "p99_ms": percentile(latencies, 0.99),
-                                         "queries_per_s": per_second}
+        timed = timed_queries(retriever, texts, clients)
+        figures[f"clients_{clients}"] = {
+            "p50_ms": statistics.median(timed["ms"]), "p99_ms": percentile(timed["ms"], 0.99),
+            "cpu_p50_ms": statistics.median(timed["cpu_ms"]), "queries_per_s": timed["queries_per_s"],
+        }
         if clients == 1:
-            ids_file.write_text(json.dumps(ids))
+            ids_file.write_text(json.dumps(timed["ids"]))
             figures["source_hit_at_10"] = statistics.mean(
-                row["source_id"] in found for row, found in zip(measured, ids))
+                row["source_id"] in found for row, found in zip(measured, timed["ids"]))
     figures["serving_memory"] = memory()
     return figures
 
@@ -267,14 +277,29 @@ def in_child(step: str, **arguments) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def growth(points: list[tuple[int, float]], size: int) -> tuple[float, float] | None:
-    """(projected value at `size`, exponent b) of the power law y = a n^b through the two largest measured sizes."""
+POWER, LINEAR, INVERSE_LINEAR = "power", "linear", "inverse-linear"
+MODELS = {
+    POWER: "y = a n^b",
+    LINEAR: "y = a + b n",
+    INVERSE_LINEAR: "1/y = a + b n",
+}
+
+
+def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tuple[float, float] | None:
+    """(value at `size`, b) of a growth model through the two largest measured sizes: a power law y = a n^b
+    (b the exponent), a line y = a + b n, or a line through 1/y (b per million passages for both)."""
     points = sorted(point for point in points if point[1] and point[1] > 0)
     if len(points) < 2:
         return None
     (n1, y1), (n2, y2) = points[-2:]
-    exponent = math.log(y2 / y1) / math.log(n2 / n1)
-    return y2 * (size / n2) ** exponent, exponent
+    if model == POWER:
+        exponent = math.log(y2 / y1) / math.log(n2 / n1)
+        return y2 * (size / n2) ** exponent, exponent
+    if model == INVERSE_LINEAR:
+        value, slope = growth([(n1, 1 / y1), (n2, 1 / y2)], size, LINEAR)
+        return (1 / value if value > 0 else math.inf), slope
+    slope = (y2 - y1) / (n2 - n1)
+    return y2 + slope * (size - n2), slope * 1e6
 
 
 def agreement(ids: list[list[str]], reference: list[list[str]]) -> float:
@@ -282,17 +307,32 @@ def agreement(ids: list[list[str]], reference: list[list[str]]) -> float:
     return statistics.mean(len(set(mine) & set(theirs)) / TOP_K for mine, theirs in zip(ids, reference))
 
 
-FIGURES = {  # name -> how to read it from a result
-    "build_s": lambda r: r["build"]["build_s"],
-    "build_peak": lambda r: max(r["build"]["build_memory"]["peak"], r["build"]["build_memory"]["children_peak"]),
-    "disk_bytes": lambda r: r["build"]["disk_bytes"],
-    "serving_rss": lambda r: r["serve"]["serving_memory"]["rss"],
-    "serving_anon": lambda r: r["serve"]["serving_memory"]["rss_anon"],
-    "p50_1": lambda r: r["serve"]["clients_1"]["p50_ms"],
-    "p99_1": lambda r: r["serve"]["clients_1"]["p99_ms"],
-    "p50_16": lambda r: r["serve"]["clients_16"]["p50_ms"],
-    "p99_16": lambda r: r["serve"]["clients_16"]["p99_ms"],
-    "qps_16": lambda r: r["serve"]["clients_16"]["queries_per_s"],
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a result: how to read it, and how it is projected to larger corpora."""
+
+    read: Callable[[dict], float | None]
+    model: str
+    unit: str
+
+
+FIGURES: dict[str, Figure] = {
+    # Time, memory and disk: a power law, which the measured growth shows close to linear in the passages.
+    "build_s": Figure(lambda r: r["build"]["build_s"], POWER, "s"),
+    "build_cpu_s": Figure(lambda r: r["build"].get("build_cpu_s"), POWER, "s"),
+    "build_peak": Figure(lambda r: max(r["build"]["build_memory"]["peak"], r["build"]["build_memory"]["children_peak"]),
+                         POWER, "B"),
+    "disk_bytes": Figure(lambda r: r["build"]["disk_bytes"], POWER, "B"),
+    "serving_rss": Figure(lambda r: r["serve"]["serving_memory"]["rss"], POWER, "B"),
+    "serving_anon": Figure(lambda r: r["serve"]["serving_memory"]["rss_anon"], POWER, "B"),
+    # Latency: a fixed cost per query plus work in proportion to the postings or lists scanned, which grow with n.
+    "p50_1": Figure(lambda r: r["serve"]["clients_1"]["p50_ms"], LINEAR, "ms"),
+    "p99_1": Figure(lambda r: r["serve"]["clients_1"]["p99_ms"], LINEAR, "ms"),
+    "cpu_p50_1": Figure(lambda r: r["serve"]["clients_1"].get("cpu_p50_ms"), LINEAR, "ms"),
+    "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms"),
+    "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms"),
+    # Throughput: its inverse, the machine's time per query, is latency-like.
+    "qps_16": Figure(lambda r: r["serve"]["clients_16"]["queries_per_s"], INVERSE_LINEAR, "queries/s"),
 }
 
 
@@ -307,12 +347,12 @@ def read_results(out: Path) -> dict[str, dict[int, dict]]:
 
 def projected_build_peak(out: Path, name: str, size: int) -> float | None:
     measured = read_results(out).get(name, {})
-    projection = growth([(n, FIGURES["build_peak"](r)) for n, r in measured.items()], size)
+    projection = growth([(n, FIGURES["build_peak"].read(r)) for n, r in measured.items()], size)
     if projection:
         return projection[0]
     if measured:  # one size: linear in n
         n, result = max(measured.items())
-        return FIGURES["build_peak"](result) * size / n
+        return FIGURES["build_peak"].read(result) * size / n
     return None
 
 
@@ -375,21 +415,25 @@ def duration(seconds: float) -> str:
 
 
 def table_row(name: str, size: int, label: str, value: dict, agreement_cell: str, hit_cell: str) -> str:
+    def shown(figure: str, form: Callable[[float], str]) -> str:
+        return "—" if value.get(figure) is None else form(value[figure])
+
     return (
-        f"| {name} | {size:,} | {label} | {duration(value['build_s'])} | {gigabytes(value['build_peak'])} "
-        f"| {gigabytes(value['disk_bytes'])} | {gigabytes(value['serving_rss'])} ({gigabytes(value['serving_anon'])}) "
-        f"| {value['p50_1']:.1f} / {value['p99_1']:.1f} ms | {value['p50_16']:.1f} / {value['p99_16']:.1f} ms "
-        f"| {value['qps_16']:,.0f} | {agreement_cell} | {hit_cell} |"
+        f"| {name} | {size:,} | {label} | {duration(value['build_s'])} | {shown('build_cpu_s', duration)} "
+        f"| {gigabytes(value['build_peak'])} | {gigabytes(value['disk_bytes'])} "
+        f"| {gigabytes(value['serving_rss'])} ({gigabytes(value['serving_anon'])}) "
+        f"| {value['p50_1']:.1f} / {value['p99_1']:.1f} ms | {shown('cpu_p50_1', lambda ms: f'{ms:.1f} ms')} "
+        f"| {value['p50_16']:.1f} / {value['p99_16']:.1f} ms | {value['qps_16']:,.0f} | {agreement_cell} | {hit_cell} |"
     )
 
 
 def table(results: dict[str, dict[int, dict]], projected_sizes: list[int]) -> str:
     """Measured rows, then each engine projected to the sizes it was not measured at."""
     lines = [
-        "| engine | passages | figures | build | build peak RAM | on disk | serving RSS (anon) | "
-        "p50 / p99, 1 client | p50 / p99, 16 clients | queries/s, 16 clients | top-10 agreement (with) "
-        "| source hit@10 |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| engine | passages | figures | build | build CPU | build peak RAM | on disk | serving RSS (anon) | "
+        "p50 / p99, 1 client | CPU p50, 1 client | p50 / p99, 16 clients | queries/s, 16 clients "
+        "| top-10 agreement (with) | source hit@10 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, by_size in results.items():
         for size, result in sorted(by_size.items()):
@@ -397,28 +441,41 @@ def table(results: dict[str, dict[int, dict]], projected_sizes: list[int]) -> st
             agree = result.get("agreement")
             lines.append(table_row(
                 name, size, "measured (quiet)" if quiet else "measured",
-                {figure: read(result) for figure, read in FIGURES.items()},
+                {name: figure.read(result) for name, figure in FIGURES.items()},
                 f"{agree['top_10']:.3f} ({agree['with']})" if agree else "—",
                 f"{result['serve']['source_hit_at_10']:.3f}",
             ))
         for size in projected_sizes:
-            fits = {name: growth([(n, read(r)) for n, r in by_size.items()], size) for name, read in FIGURES.items()}
-            if size not in by_size and all(fits.values()):
-                lines.append(table_row(name, size, "projected", {k: fit[0] for k, fit in fits.items()}, "—", "—"))
+            fits = {name: fit(figure, by_size, size) for name, figure in FIGURES.items()}
+            if size not in by_size and fits["build_s"]:
+                projected = {figure: fit[0] if fit else None for figure, fit in fits.items()}
+                lines.append(table_row(name, size, "projected", projected, "—", "—"))
     return "\n".join(lines)
 
 
-def exponent_table(results: dict[str, dict[int, dict]]) -> str:
-    """The exponent b of y = a n^b behind each projection (1 = linear in the passages, 0 = flat)."""
-    shown = ("build_s", "build_peak", "disk_bytes", "serving_rss", "p50_1", "p99_1", "p50_16")
-    lines = ["| engine | from sizes | " + " | ".join(shown) + " |", "|---|---|" + "---|" * len(shown)]
+def fit(figure: Figure, by_size: dict[int, dict], size: int) -> tuple[float, float] | None:
+    return growth([(n, figure.read(result)) for n, result in by_size.items()], size, figure.model)
+
+
+def growth_table(results: dict[str, dict[int, dict]]) -> str:
+    """The fitted growth behind each projection: the exponent b of a power law (1 = linear in the passages),
+    or the increase per million passages of a line."""
+    lines = ["| engine | from sizes | " + " | ".join(FIGURES) + " |", "|---|---|" + "---|" * len(FIGURES)]
     for name, by_size in results.items():
-        fits = [growth([(n, FIGURES[figure](r)) for n, r in by_size.items()], 1) for figure in shown]
-        if fits[0] is None:
-            continue
-        cells = ["—" if fit is None else f"{fit[1]:.2f}" for fit in fits]
-        sizes = " and ".join(f"{n:,}" for n in sorted(by_size)[-2:])
-        lines.append(f"| {name} | {sizes} | " + " | ".join(cells) + " |")
+        cells = []
+        for figure in FIGURES.values():
+            fitted = fit(figure, by_size, 1)
+            if fitted is None:
+                cells.append("—")
+            elif figure.model == POWER:
+                cells.append(f"n^{fitted[1]:.2f}")
+            elif figure.model == INVERSE_LINEAR:
+                cells.append(f"{1000 * fitted[1]:+.2f} ms/query per 1M")
+            else:
+                cells.append(f"{fitted[1]:+.2f} {figure.unit} per 1M")
+        if len(by_size) > 1:
+            sizes = " and ".join(f"{n:,}" for n in sorted(by_size)[-2:])
+            lines.append(f"| {name} | {sizes} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -439,11 +496,12 @@ def report(out: Path, projected_sizes: list[int]) -> None:
         print(f"no results in {out}")
         return
     print(f"top {TOP_K}; latency from 1 and 16 concurrent clients; (quiet): the process named by --pause-pid was "
-          "stopped while that row's engine built and served; projected: power law through the two largest "
-          "measured sizes\n")
+          "stopped while that row's engine built and served; projected: from the two largest measured sizes, "
+          "time, memory and disk as a power law of the passages, latency as a line, queries/s as a line through "
+          "its inverse\n")
     print(table(results, projected_sizes))
-    print("\nGrowth exponents b (y = a n^b):\n")
-    print(exponent_table(results))
+    print("\nGrowth through the two largest measured sizes (the projections' models):\n")
+    print(growth_table(results))
     line = minilm_line(out)
     if line:
         print("\n" + line)

@@ -56,12 +56,16 @@ def test_corpora_are_the_real_passages_then_synthetic_ones_the_same_every_time(t
     assert len({row["source_id"] for row in measured + warm_up}) == 8
 
 
-def test_the_growth_fit_is_the_power_law_through_the_two_largest_sizes():
+def test_the_growth_fits_go_through_the_two_largest_sizes():
     value, exponent = scale.growth([(10, 999.0), (100, 20.0), (1000, 200.0)], 10_000)
     assert exponent == pytest.approx(1.0) and value == pytest.approx(2000.0)
     value, exponent = scale.growth([(100, 5.0), (10_000, 50.0)], 1_000_000)
     assert exponent == pytest.approx(0.5) and value == pytest.approx(500.0)
     assert scale.growth([(100, 5.0)], 1000) is None
+    value, per_million = scale.growth([(100, 2.0), (200, 3.0)], 400, scale.LINEAR)
+    assert value == pytest.approx(5.0) and per_million == pytest.approx(10_000)
+    value, _ = scale.growth([(100, 1 / 2), (200, 1 / 3)], 400, scale.INVERSE_LINEAR)
+    assert value == pytest.approx(1 / 5)
 
 
 def test_agreement_is_the_mean_share_of_the_reference_top_10():
