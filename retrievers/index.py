@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from arag.data.corpus import load_corpus
+from arag.data.corpus import iter_corpus, load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers.base import Retriever, as_retriever
@@ -40,7 +40,7 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
     if missing:
         raise ConfigError(f"a {index_class.label} index needs {', '.join(missing)} (e.g. --{missing[0]} PATH)")
     if isinstance(corpus, (str, os.PathLike)):
-        passages, digest = load_corpus(corpus), file_sha256(corpus)
+        passages, digest = iter_corpus(corpus), file_sha256(corpus)
     else:
         passages, digest = corpus, None
     return index_class.write_index(passages, Path(out_dir), corpus_sha256=digest, **options)
