@@ -462,6 +462,8 @@ def _faiss():
         import faiss
     except ImportError:
         raise ConfigError("dense indexes need faiss: pip install 'arag[dense]' (or faiss-cpu)") from None
+    if not hasattr(faiss, "IO_FLAG_MMAP_IFC"):
+        raise ConfigError(f"faiss {faiss.__version__} cannot memory-map flat indexes: pip install -U faiss-cpu")
     return faiss
 
 
