@@ -15,7 +15,7 @@ pytest.importorskip("milvus_lite")
 from arag.cli import main  # noqa: E402
 from arag.errors import ConfigError, DataError, RetrieverError  # noqa: E402
 from arag.passages import Passage  # noqa: E402
-from arag.retrievers import ColBERTv2Retriever, MilvusRetriever, SearchServer, open_retriever  # noqa: E402
+from arag.retrievers import ColBERTv2Retriever, MilvusRetriever, SearchServer, index_for_corpus, open_retriever  # noqa: E402
 from arag.retrievers import milvus as milvus_module  # noqa: E402
 from arag.testing.encoders import HashingEncoder  # noqa: E402
 
@@ -129,6 +129,13 @@ def test_missing_or_foreign_collections_and_oversized_passages(retriever, target
         MilvusRetriever.write_index([huge], f"{tmp_path / 'huge.db'}#c", encoder=encoder)
     with pytest.raises(DataError, match="no passages"):
         MilvusRetriever.write_index([], f"{tmp_path / 'empty.db'}#c", encoder=encoder)
+
+
+def test_collections_are_not_cached_per_corpus_file(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"id": "a", "text": "x"}\n')
+    with pytest.raises(ConfigError, match="--kind milvus --out URI#COLLECTION"):
+        index_for_corpus(corpus, kind="milvus")
 
 
 def test_many_threads_get_the_serial_results(retriever):
