@@ -72,17 +72,21 @@ def index_group() -> None:
 
 @index_group.command("build")
 @click.option("--corpus", required=True, type=click.Path(), help="Corpus file: JSONL (id, title, text) or DPR TSV.")
-@click.option("--out", "out_dir", required=True, type=click.Path(), help="Folder for the index.")
-@click.option("--kind", default="bm25", show_default=True, type=click.Choice(["bm25", "dense", "colbert"]),
-              help="Index kind.")
+@click.option("--out", "out_dir", required=True, type=click.Path(),
+              help="Folder for the index; for --kind milvus, URI#COLLECTION (./NAME.db or http://HOST:19530).")
+@click.option("--kind", default="bm25", show_default=True,
+              type=click.Choice(["bm25", "dense", "colbert", "milvus"]), help="Index kind.")
 @click.option("--checkpoint", type=click.Path(), help="ColBERT checkpoint folder (kind colbert), e.g. colbertv2.0.")
-def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None) -> None:
-    """Build an index from a corpus file."""
+@click.option("--model", type=click.Path(),
+              help="Sentence-transformers model folder (kinds dense, milvus); default: the bundled all-MiniLM-L6-v2.")
+def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None, model: str | None) -> None:
+    """Build an index from a corpus file (dense and milvus builds resume when rerun after an interruption)."""
     from arag.data._io import check_output_folder
     from arag.retrievers import build_index
 
-    check_output_folder(out_dir)
-    options = {"checkpoint": checkpoint} if checkpoint else {}
+    if kind != "milvus":
+        check_output_folder(out_dir)
+    options = {name: value for name, value in (("checkpoint", checkpoint), ("model", model)) if value}
     path = build_index(corpus, out_dir, kind=kind, **options)
     click.echo(f"built {kind} index at {path}")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from arag.data.corpus import load_corpus
+from arag.data.corpus import iter_corpus, load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers.base import Retriever, as_retriever
@@ -19,15 +19,20 @@ from arag.retrievers.colbert import ColBERTRetriever
 from arag.retrievers.colbert_http import ColBERTv2Retriever
 from arag.retrievers.dense import DenseRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
+from arag.retrievers.milvus import MilvusRetriever
 
 logger = logging.getLogger("arag")
 
-INDEX_KINDS: dict[str, type] = {cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever)}
+INDEX_KINDS: dict[str, type] = {
+    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, MilvusRetriever)
+}
 """Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
-and `load(dir)`."""
+and `load(dir)`; those with `addressed_by_folder = False` (Milvus) take a location string (`URI#collection`)
+in place of the folder."""
 
 SPEC_FORMS = (
     "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
+    "milvus:URI#COLLECTION (URI: a Milvus Lite file ./NAME.db or http://HOST:19530), "
     "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
 )
 
@@ -40,10 +45,11 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
     if missing:
         raise ConfigError(f"a {index_class.label} index needs {', '.join(missing)} (e.g. --{missing[0]} PATH)")
     if isinstance(corpus, (str, os.PathLike)):
-        passages, digest = load_corpus(corpus), file_sha256(corpus)
+        passages, digest = iter_corpus(corpus), file_sha256(corpus)
     else:
         passages, digest = corpus, None
-    return index_class.write_index(passages, Path(out_dir), corpus_sha256=digest, **options)
+    target = Path(out_dir) if _addressed_by_folder(index_class) else os.fspath(out_dir)
+    return index_class.write_index(passages, target, corpus_sha256=digest, **options)
 
 
 def open_index(index_dir: str | Path) -> Retriever:
@@ -71,6 +77,9 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
     Kinds that need an option without a default (ColBERT's checkpoint) are built with `build_index`.
     """
     index_class = _index_class(kind)
+    if not _addressed_by_folder(index_class):
+        raise ConfigError(f"{index_class.label} holds no cached per-corpus indexes: load the corpus with "
+                          f"`arag index build --kind {kind} --out URI#COLLECTION` and pass {kind}:URI#COLLECTION")
     required = _required_options(index_class)
     if required:
         raise ConfigError(
@@ -112,7 +121,8 @@ def open_retriever(spec: Any = None, *, corpus: str | Path | None = None) -> Ret
             return ColBERTv2Retriever(spec)
         kind, colon, location = spec.partition(":")
         if colon and kind in INDEX_KINDS:
-            return INDEX_KINDS[kind].load(Path(location).expanduser())
+            index_class = INDEX_KINDS[kind]
+            return index_class.load(Path(location).expanduser() if _addressed_by_folder(index_class) else location)
         if Path(spec).expanduser().is_dir():
             return open_index(Path(spec).expanduser())
         raise RetrieverError(
@@ -141,6 +151,10 @@ def _index_class(kind: str) -> type:
     if kind not in INDEX_KINDS:
         raise ConfigError(f"unknown index kind {kind!r}; known: {_known_kinds()}")
     return INDEX_KINDS[kind]
+
+
+def _addressed_by_folder(index_class: type) -> bool:
+    return getattr(index_class, "addressed_by_folder", True)
 
 
 def _required_options(index_class: type) -> list[str]:
