@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from arag.data.corpus import load_corpus
+from arag.data.corpus import iter_corpus, load_corpus
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers.base import Retriever, as_retriever
@@ -18,16 +18,20 @@ from arag.retrievers.bm25 import BM25Retriever
 from arag.retrievers.colbert import ColBERTRetriever
 from arag.retrievers.colbert_http import ColBERTv2Retriever
 from arag.retrievers.dense import DenseRetriever
+from arag.retrievers.lucene import LuceneRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
 
 logger = logging.getLogger("arag")
 
-INDEX_KINDS: dict[str, type] = {cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever)}
+INDEX_KINDS: dict[str, type] = {
+    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, LuceneRetriever)
+}
 """Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
 and `load(dir)`."""
 
 SPEC_FORMS = (
     "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
+    "lucene:DIR (an arag Lucene index or a prebuilt Pyserini one), "
     "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
 )
 
@@ -40,7 +44,7 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
     if missing:
         raise ConfigError(f"a {index_class.label} index needs {', '.join(missing)} (e.g. --{missing[0]} PATH)")
     if isinstance(corpus, (str, os.PathLike)):
-        passages, digest = load_corpus(corpus), file_sha256(corpus)
+        passages, digest = iter_corpus(corpus), file_sha256(corpus)
     else:
         passages, digest = corpus, None
     return index_class.write_index(passages, Path(out_dir), corpus_sha256=digest, **options)
