@@ -18,13 +18,14 @@ from arag.retrievers.bm25 import BM25Retriever
 from arag.retrievers.colbert import ColBERTRetriever
 from arag.retrievers.colbert_http import ColBERTv2Retriever
 from arag.retrievers.dense import DenseRetriever
+from arag.retrievers.lucene import LuceneRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
 from arag.retrievers.milvus import MilvusRetriever
 
 logger = logging.getLogger("arag")
 
 INDEX_KINDS: dict[str, type] = {
-    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, MilvusRetriever)
+    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, LuceneRetriever, MilvusRetriever)
 }
 """Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
 and `load(dir)`; those with `addressed_by_folder = False` (Milvus) take a location string (`URI#collection`)
@@ -33,6 +34,7 @@ in place of the folder."""
 SPEC_FORMS = (
     "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
     "milvus:URI#COLLECTION (URI: a Milvus Lite file ./NAME.db or http://HOST:19530), "
+    "lucene:DIR (an arag Lucene index or a prebuilt Pyserini one), "
     "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
 )
 

@@ -21,6 +21,8 @@ from arag.passages import Passage
 
 MANIFEST_NAME = "arag-index.json"
 PASSAGES_FILE = "passages.jsonl"
+STAGING_PREFIX = ".{name}.building-"
+"""Staging folders are named this, then the building process's id and a random suffix."""
 
 
 class IndexExistsError(RetrieverError):
@@ -92,13 +94,15 @@ def is_taken(path: Path) -> bool:
 def staged_directory(out_dir: Path) -> Iterator[Path]:
     """A fresh sibling folder to build in; renamed to `out_dir` only when the block completes.
 
-    A build that fails or is killed never leaves a loadable folder at `out_dir`. When `out_dir` is
+    A build that fails or is killed never leaves a loadable folder at `out_dir`, and what a killed build
+    left (its process gone) is removed when the next build of `out_dir` starts. When `out_dir` is
     taken before or at the rename, IndexExistsError is raised and the staged files are discarded.
     """
     if is_taken(out_dir):
         raise IndexExistsError(f"{out_dir} already exists and is not empty; remove it or choose another folder")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = out_dir.parent / f".{out_dir.name}.building-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    remove_abandoned_builds(out_dir)
+    staging = out_dir.parent / f"{STAGING_PREFIX.format(name=out_dir.name)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging.mkdir()
     try:
         yield staging
@@ -110,6 +114,25 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def remove_abandoned_builds(out_dir: Path) -> None:
+    """Removes the staging folders of builds of `out_dir` whose process no longer runs on this machine."""
+    prefix = STAGING_PREFIX.format(name=out_dir.name)
+    for staging in out_dir.parent.iterdir():
+        pid = staging.name.removeprefix(prefix).partition("-")[0] if staging.name.startswith(prefix) else ""
+        if pid.isdigit() and not _process_exists(int(pid)):
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, and belongs to another user
+    return True
 
 
 def offsets_path(passages_path: Path) -> Path:

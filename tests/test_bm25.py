@@ -2,6 +2,9 @@
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -158,14 +161,18 @@ def test_build_killed_midway_leaves_no_loadable_index(tmp_path, monkeypatch):
         raise KeyboardInterrupt
 
     out_dir = tmp_path / "index"
-    (tmp_path / ".index.building-999-deadbeef").mkdir()  # what a SIGKILLed build leaves behind
-    (tmp_path / ".index.building-999-deadbeef" / MANIFEST_NAME).write_text('{"kind": "bm25"}')
+    finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f".index.building-{int(finished.stdout)}-deadbeef"  # what a SIGKILLed build leaves behind
+    running = tmp_path / f".index.building-{os.getpid()}-cafebabe"  # a build still in progress
+    for staging in (abandoned, running):
+        staging.mkdir()
+        (staging / MANIFEST_NAME).write_text('{"kind": "bm25"}')
     with monkeypatch.context() as patch:
         patch.setattr(manifest_module, "write_records", write_half_then_die)
         with pytest.raises(KeyboardInterrupt):
             BM25Retriever.build(PASSAGES, out_dir)
     assert not out_dir.exists()
-    assert [p.name for p in tmp_path.iterdir()] == [".index.building-999-deadbeef"]
+    assert [p.name for p in tmp_path.iterdir()] == [running.name]  # the abandoned build's folder was removed
     with pytest.raises(RetrieverError, match="no such index folder"):
         BM25Retriever.load(out_dir)
     assert BM25Retriever.build(PASSAGES, out_dir).retrieve("Eiffel", 1)[0].id == "p2"

@@ -98,6 +98,7 @@ def test_the_paused_process_is_stopped_during_a_phase_and_continued_after_on_err
         assert 0 < record["paused_s"] <= record["seconds"] and pauser.left_s < 10
         short = scale.Pauser(sleeper.pid, budget_s=0.2)
         with short.phase() as record:
+            assert becomes(sleeper.pid, stopped=True)
             assert becomes(sleeper.pid, stopped=False)  # continued when the budget ran out, mid-phase
         assert record["paused_s"] == pytest.approx(0.2) and short.left_s == pytest.approx(0)
         with short.phase():
