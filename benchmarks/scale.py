@@ -72,6 +72,15 @@ DPR_WIKIPEDIA = 21_015_324  # passages of the 100-word DPR Wikipedia split (Pyse
 QUICK_SIZES = "5000,8000"
 QUICK_QUERIES = 20
 MINILM_SAMPLE = 256
+DENSE_DIMENSION = 384  # all-MiniLM-L6-v2's, so that dense indexes have the default model's size
+EXACT_UP_TO = 10**9  # the dense index's option that keeps search exact (flat) at every size here
+
+
+def hashing_encoder() -> dict:
+    """The cheap deterministic encoder the dense engines are measured with: hashed words, not a semantic model."""
+    from arag.testing.encoders import HashingEncoder
+
+    return {"encoder": HashingEncoder(dim=DENSE_DIMENSION)}
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,13 @@ class Engine:
 
 ENGINES: dict[str, Engine] = {
     "bm25s": Engine("bm25", "bm25s (numba backend), k1 1.5, b 0.75, score arrays memory-mapped, passages in memory"),
+    "lucene": Engine("lucene", "Lucene (Anserini in Pyserini 1.6, Java 21), k1 1.5, b 0.75, 2 indexing threads",
+                     reference="bm25s"),
+    "dense-ivfpq": Engine("dense", "faiss IVF-PQ memory-mapped, passages on disk; hashed-word vectors, 384 dims",
+                          build_options=hashing_encoder, load_options=hashing_encoder, reference="dense-flat"),
+    "dense-flat": Engine("dense", "faiss flat (exact) memory-mapped, passages on disk; hashed-word vectors, 384 dims",
+                         build_options=lambda: {**hashing_encoder(), "exact_up_to": EXACT_UP_TO},
+                         load_options=hashing_encoder),
 }
 
 # ---------------------------------------------------------------- children: one engine, one step, one process
@@ -136,20 +152,20 @@ def open_engine(engine: Engine, index_dir: Path):
 
 
 def timed_queries(retriever, queries: list[str], clients: int) -> dict:
-    """With `clients` threads calling `retrieve` at once: each query's milliseconds, the CPU milliseconds of the
-    thread that ran it, its top-k ids; and queries/s."""
+    """With `clients` threads calling `retrieve` at once: each query's milliseconds and top-k ids; queries/s, and
+    the process's CPU time (all its threads: the engine's own, Java's, faiss') per query."""
 
-    def one(query: str) -> tuple[float, float, list[str]]:
-        started, cpu_started = time.perf_counter(), time.thread_time()
+    def one(query: str) -> tuple[float, list[str]]:
+        started = time.perf_counter()
         found = retriever.retrieve(query, TOP_K)
-        return 1000 * (time.perf_counter() - started), 1000 * (time.thread_time() - cpu_started), [p.id for p in found]
+        return 1000 * (time.perf_counter() - started), [passage.id for passage in found]
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     with ThreadPoolExecutor(max_workers=clients) as pool:
         done = list(pool.map(one, queries))
-    wall = time.perf_counter() - started
-    return {"ms": [row[0] for row in done], "cpu_ms": [row[1] for row in done], "ids": [row[2] for row in done],
-            "queries_per_s": len(queries) / wall}
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    return {"ms": [ms for ms, _ in done], "ids": [ids for _, ids in done], "queries_per_s": len(queries) / wall,
+            "cpu_ms_per_query": 1000 * cpu / len(queries)}
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -168,7 +184,7 @@ def serve_child(engine: Engine, index_dir: Path, queries_file: Path, ids_file: P
         timed = timed_queries(retriever, texts, clients)
         figures[f"clients_{clients}"] = {
             "p50_ms": statistics.median(timed["ms"]), "p99_ms": percentile(timed["ms"], 0.99),
-            "cpu_p50_ms": statistics.median(timed["cpu_ms"]), "queries_per_s": timed["queries_per_s"],
+            "cpu_ms_per_query": timed["cpu_ms_per_query"], "queries_per_s": timed["queries_per_s"],
         }
         if clients == 1:
             ids_file.write_text(json.dumps(timed["ids"]))
@@ -232,11 +248,12 @@ class Pauser:
             signal.signal(number, self._resume_and_exit)
 
     @contextmanager
-    def phase(self):
-        """Yields a dict whose "paused_s" says how long the process was stopped during the block."""
+    def phase(self, pause: bool = True):
+        """Yields a dict whose "paused_s" says how long the process was stopped during the block (not at all
+        unless `pause`)."""
         record = {"paused_s": 0.0, "seconds": 0.0, "load_average_before": os.getloadavg()[0]}
         started = time.monotonic()
-        if self.left_s <= 0:
+        if self.left_s <= 0 or not pause:
             yield record
             record["seconds"] = time.monotonic() - started
             return
@@ -287,7 +304,8 @@ MODELS = {
 
 def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tuple[float, float] | None:
     """(value at `size`, b) of a growth model through the two largest measured sizes: a power law y = a n^b
-    (b the exponent), a line y = a + b n, or a line through 1/y (b per million passages for both)."""
+    (b the exponent), a line y = a + b n, or a line through 1/y (b per million passages for both; a falling
+    line is taken as flat)."""
     points = sorted(point for point in points if point[1] and point[1] > 0)
     if len(points) < 2:
         return None
@@ -298,7 +316,7 @@ def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tu
     if model == INVERSE_LINEAR:
         value, slope = growth([(n1, 1 / y1), (n2, 1 / y2)], size, LINEAR)
         return (1 / value if value > 0 else math.inf), slope
-    slope = (y2 - y1) / (n2 - n1)
+    slope = max(0.0, (y2 - y1) / (n2 - n1))  # a line falling with n is noise: taken as flat
     return y2 + slope * (size - n2), slope * 1e6
 
 
@@ -328,7 +346,7 @@ FIGURES: dict[str, Figure] = {
     # Latency: a fixed cost per query plus work in proportion to the postings or lists scanned, which grow with n.
     "p50_1": Figure(lambda r: r["serve"]["clients_1"]["p50_ms"], LINEAR, "ms"),
     "p99_1": Figure(lambda r: r["serve"]["clients_1"]["p99_ms"], LINEAR, "ms"),
-    "cpu_p50_1": Figure(lambda r: r["serve"]["clients_1"].get("cpu_p50_ms"), LINEAR, "ms"),
+    "cpu_1": Figure(lambda r: r["serve"]["clients_1"].get("cpu_ms_per_query"), LINEAR, "ms"),
     "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms"),
     "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms"),
     # Throughput: its inverse, the machine's time per query, is latency-like.
@@ -370,10 +388,10 @@ def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
     shutil.rmtree(index_dir, ignore_errors=True)
     index_dir.parent.mkdir(parents=True, exist_ok=True)
     print(f"{name} at {size:,}: building ...", file=sys.stderr, flush=True)
-    with pauser.phase() as build_pause:
+    with pauser.phase("build" in args.pause_during) as build_pause:
         built = in_child("build", engine=name, corpus=corpus, index=index_dir)
     print(f"{name} at {size:,}: serving ...", file=sys.stderr, flush=True)
-    with pauser.phase() as serve_pause:
+    with pauser.phase("serve" in args.pause_during) as serve_pause:
         served = in_child("serve", engine=name, index=index_dir, queries=args.work / "queries.json", ids=ids_file)
     result = {"engine": name, "kind": engine.kind, "about": engine.about, "size": size, "build": built,
               "serve": served, "phases": {"build": build_pause, "serve": serve_pause},
@@ -422,7 +440,7 @@ def table_row(name: str, size: int, label: str, value: dict, agreement_cell: str
         f"| {name} | {size:,} | {label} | {duration(value['build_s'])} | {shown('build_cpu_s', duration)} "
         f"| {gigabytes(value['build_peak'])} | {gigabytes(value['disk_bytes'])} "
         f"| {gigabytes(value['serving_rss'])} ({gigabytes(value['serving_anon'])}) "
-        f"| {value['p50_1']:.1f} / {value['p99_1']:.1f} ms | {shown('cpu_p50_1', lambda ms: f'{ms:.1f} ms')} "
+        f"| {value['p50_1']:.1f} / {value['p99_1']:.1f} ms | {shown('cpu_1', lambda ms: f'{ms:.1f} ms')} "
         f"| {value['p50_16']:.1f} / {value['p99_16']:.1f} ms | {value['qps_16']:,.0f} | {agreement_cell} | {hit_cell} |"
     )
 
@@ -431,7 +449,7 @@ def table(results: dict[str, dict[int, dict]], projected_sizes: list[int]) -> st
     """Measured rows, then each engine projected to the sizes it was not measured at."""
     lines = [
         "| engine | passages | figures | build | build CPU | build peak RAM | on disk | serving RSS (anon) | "
-        "p50 / p99, 1 client | CPU p50, 1 client | p50 / p99, 16 clients | queries/s, 16 clients "
+        "p50 / p99, 1 client | CPU per query, 1 client | p50 / p99, 16 clients | queries/s, 16 clients "
         "| top-10 agreement (with) | source hit@10 |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -522,6 +540,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="passages to time MiniLM's encoding on (0: skip)")
     parser.add_argument("--pause-pid", type=int, help="a process to stop while engines build and serve")
     parser.add_argument("--pause-budget", type=float, default=1200.0, help="seconds it may be stopped in all")
+    parser.add_argument("--pause-during", default="build,serve",
+                        help="phases it is stopped in: build, serve (and MiniLM's timing), or both")
     parser.add_argument("--keep-indexes", action="store_true", help="keep each index folder after measuring it")
     parser.add_argument("--table-only", action="store_true", help="print the table from the results in --out")
     parser.add_argument("--quick", action="store_true",
@@ -560,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
                 measure(name, size, args, pauser)
         if args.minilm_sample:
             corpus = args.work / "corpora" / f"corpus-{min(int(s) for s in args.sizes.split(','))}.jsonl"
-            with pauser.phase() as phase:
+            with pauser.phase("serve" in args.pause_during) as phase:
                 rate = in_child("minilm", corpus=corpus, sample=args.minilm_sample)
             rate.update(phase=phase, machine=machine(), commit=commit())
             (args.out / "minilm-encoding.json").write_text(json.dumps(rate, indent=2) + "\n")
