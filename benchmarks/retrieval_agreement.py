@@ -5,7 +5,7 @@
 Over the corpus of ../shared/datasets/hotpotqa, builds arag's BM25 (bm25s) index and a Lucene one, and
 prints, for the first N questions (200 by default), how many of Lucene's top k are in bm25s' top k on
 average, with Lucene's BM25 at Pyserini's parameters (k1 0.9, b 0.4) and at bm25s' (k1 1.5, b 0.75).
-`top_k_agreement` serves any pair of retrievers (e.g. an engine against bm25s at scale).
+`top_k_agreement` serves any pair of retrievers, `ids_agreement` their ids searched apart (the scale benchmark).
 """
 
 from __future__ import annotations
@@ -27,9 +27,16 @@ def top_k_agreement(first: Retriever, second: Retriever, queries: Sequence[str],
     (1.0: the same passages, in any order). Each side is searched with one `retrieve_batch` call."""
     if not queries:
         raise ValueError("top_k_agreement needs at least one query")
-    first_ids = [{p.id for p in found} for found in first.retrieve_batch(list(queries), k)]
-    second_ids = [{p.id for p in found} for found in second.retrieve_batch(list(queries), k)]
-    return sum(len(a & b) for a, b in zip(first_ids, second_ids)) / (k * len(queries))
+    first_ids = [[p.id for p in found] for found in first.retrieve_batch(list(queries), k)]
+    second_ids = [[p.id for p in found] for found in second.retrieve_batch(list(queries), k)]
+    return ids_agreement(first_ids, second_ids, k)
+
+
+def ids_agreement(first_ids: Sequence[Sequence[str]], second_ids: Sequence[Sequence[str]], k: int = 10) -> float:
+    """`top_k_agreement` from the result ids of the same queries, e.g. searched in different processes."""
+    if len(first_ids) != len(second_ids) or not first_ids:
+        raise ValueError(f"agreement needs as many results on each side, and some: {len(first_ids)}, {len(second_ids)}")
+    return sum(len(set(a[:k]) & set(b[:k])) for a, b in zip(first_ids, second_ids)) / (k * len(first_ids))
 
 
 def read_questions(path: Path, limit: int) -> list[str]:

@@ -1,7 +1,7 @@
 """Retrieval engines at 100k, 1M and 5M passages: build time, size on disk, memory, query latency at 1 and
-16 concurrent clients, top-10 agreement with bm25s; then each figure projected to DPR Wikipedia's 21M passages.
+16 concurrent clients, top-10 agreement; then each figure projected to DPR Wikipedia's 21M passages.
 
-    python benchmarks/scale.py [--sizes 100000,1000000,5000000] [--engines bm25s,lucene,dense-disk]
+    python benchmarks/scale.py [--sizes 100000,1000000] [--engines bm25s,lucene,dense-ivfpq,dense-flat]
                                [--queries 200] [--work DIR] [--out DIR] [--pause-pid PID] [--quick]
     python benchmarks/scale.py --table-only [--out DIR]
 
@@ -12,25 +12,27 @@ its figures to --out (default benchmarks/results/scale/ENGINE-SIZE.json) and the
 from every result there, so engines measured in separate runs share one table.
 
 Every engine goes through arag's API only (`build_index`, then `open_retriever("KIND:DIR")`, or the
-index class's `load` where it needs an object such as an encoder). Its build runs in one child
-process and its serving in another, so peak and resident memory (VmHWM, VmRSS split into anonymous
-and file-backed pages, from /proc/self/status) are that step's alone. Serving: open, 50 warm-up
-queries, then the measured queries from 1 client and from 16 concurrent clients (threads calling
-`retrieve`), each query timed on its own; p50/p99. Agreement: the mean share of bm25s's top 10 that
-an engine's top 10 holds, on the same queries at the same size. "source hit@10": how often the
-HotpotQA passage a query was cut from is in the top 10.
+index class's `load` where it needs an object such as an encoder); ENGINES lists them, one line each.
+Its build runs in one child process and its serving in another, so peak and resident memory (VmHWM,
+VmRSS split into anonymous and file-backed pages, from /proc/self/status) are that step's alone; CPU
+time is recorded beside wall time, as it moves little with other load on the machine. Serving: open,
+50 warm-up queries, then the measured queries from 1 client and from 16 concurrent clients (threads
+calling `retrieve`), each query timed on its own; p50/p99. Agreement: the mean share of a reference
+engine's top 10 (bm25s for Lucene, exact flat search for IVF-PQ) that an engine's top 10 holds, on the
+same queries at the same size. "source hit@10": how often the HotpotQA passage a query was cut from is
+in the top 10.
 
-The dense engines are measured with benchmarks/hashed_encoder.py, a hashed bag of words (not a
-semantic model), so that million-passage builds take minutes; MiniLM's own encoding rate is
-measured on a sample and its encoding time for a corpus projected from it.
+The dense engines are measured with arag.testing.encoders.HashingEncoder at 384 dimensions (hashed
+words: not a semantic model), so that million-passage builds take minutes; MiniLM's own encoding rate
+is measured on a sample and its encoding time for DPR Wikipedia projected from it.
 
 An engine is not built at a size when the growth of its build's peak memory over the sizes already
 measured projects above --memory-limit-gb: its figures there are projected instead.
 
---pause-pid: a process that shares the machine (another benchmark) is stopped (SIGSTOP) while an
-engine builds or serves, and continued (SIGCONT) after, at most --pause-budget seconds in all, so
-that timings are not another program's; it is continued on every exit path. Each result records
-how many of its seconds ran with that process stopped.
+--pause-pid: a process that shares the machine (another benchmark) is stopped (SIGSTOP) during the
+phases named by --pause-during, and continued (SIGCONT) after, at most --pause-budget seconds in all,
+so that timings are not another program's; it is continued on every exit path short of SIGKILL. Each
+result records how many of its seconds ran with that process stopped, and the load average before.
 """
 
 from __future__ import annotations
@@ -320,11 +322,6 @@ def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tu
     return y2 + slope * (size - n2), slope * 1e6
 
 
-def agreement(ids: list[list[str]], reference: list[list[str]]) -> float:
-    """The mean share of the reference's top 10 found in `ids`' top 10, query by query."""
-    return statistics.mean(len(set(mine) & set(theirs)) / TOP_K for mine, theirs in zip(ids, reference))
-
-
 @dataclass(frozen=True)
 class Figure:
     """One figure of a result: how to read it, and how it is projected to larger corpora."""
@@ -399,8 +396,10 @@ def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     reference_ids = args.work / "ids" / f"{engine.reference}-{size}.json"
     if engine.reference and reference_ids.is_file():
-        result["agreement"] = {"with": engine.reference, "top_10": agreement(json.loads(ids_file.read_text()),
-                                                                              json.loads(reference_ids.read_text()))}
+        from retrieval_agreement import ids_agreement
+
+        top_10 = ids_agreement(json.loads(ids_file.read_text()), json.loads(reference_ids.read_text()), TOP_K)
+        result["agreement"] = {"with": engine.reference, "top_10": top_10}
     (args.out / f"{name}-{size}.json").write_text(json.dumps(result, indent=2) + "\n")
     if not args.keep_indexes:
         shutil.rmtree(index_dir)
@@ -528,7 +527,8 @@ def report(out: Path, projected_sizes: list[int]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000", help="comma-separated corpus sizes")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated: {', '.join(ENGINES)}")
+    parser.add_argument("--engines", default=",".join(ENGINES),
+                        help=f"comma-separated: {', '.join(ENGINES)} ('': none, e.g. to time MiniLM alone)")
     parser.add_argument("--queries", type=int, default=200, help="measured queries per engine and size")
     parser.add_argument("--datasets", type=Path, default=DATASETS, help="folder holding the QA sets' corpus.jsonl")
     parser.add_argument("--work", type=Path, help=f"corpora and indexes (default {DEFAULT_WORK}; --quick: temporary)")
@@ -565,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.table_only:
             report(args.out, projected_sizes)
             return 0
-        unknown = sorted(set(args.engines.split(",")) - set(ENGINES))
+        chosen = [name for name in args.engines.split(",") if name]
+        unknown = sorted(set(chosen) - set(ENGINES))
         if unknown:
             sys.exit(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}")
         args.out.mkdir(parents=True, exist_ok=True)
@@ -574,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         pauser = Pauser(args.pause_pid, args.pause_budget)
         pauser.resume_on_exit()
         references = {engine.reference for engine in ENGINES.values()}
-        engines = sorted(args.engines.split(","), key=lambda name: name not in references)  # references first
+        engines = sorted(chosen, key=lambda name: name not in references)  # references first
         for size in sorted(int(size) for size in args.sizes.split(",")):
             for name in engines:
                 measure(name, size, args, pauser)

@@ -68,10 +68,14 @@ def test_the_growth_fits_go_through_the_two_largest_sizes():
     assert value == pytest.approx(1 / 5)
 
 
-def test_agreement_is_the_mean_share_of_the_reference_top_10():
+def test_agreement_of_ids_searched_apart_is_the_mean_share_of_the_top_10():
+    from retrieval_agreement import ids_agreement
+
     reference = [[f"p{i}" for i in range(10)], [f"q{i}" for i in range(10)]]
     mine = [[f"p{i}" for i in range(7)] + ["x", "y", "z"], reference[1][::-1]]
-    assert scale.agreement(mine, reference) == pytest.approx((0.7 + 1.0) / 2)
+    assert ids_agreement(mine, reference) == pytest.approx((0.7 + 1.0) / 2)
+    with pytest.raises(ValueError, match="as many results"):
+        ids_agreement(mine, reference[:1])
 
 
 def becomes(pid: int, stopped: bool) -> bool:
