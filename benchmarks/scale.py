@@ -324,11 +324,13 @@ def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tu
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure of a result: how to read it, and how it is projected to larger corpora."""
+    """One figure of a result: how to read it, and how it is projected to larger corpora: by its own growth model,
+    or in proportion to the projection of the figure it `follows` (inversely to a throughput)."""
 
     read: Callable[[dict], float | None]
     model: str
     unit: str
+    follows: str | None = None
 
 
 FIGURES: dict[str, Figure] = {
@@ -340,14 +342,16 @@ FIGURES: dict[str, Figure] = {
     "disk_bytes": Figure(lambda r: r["build"]["disk_bytes"], POWER, "B"),
     "serving_rss": Figure(lambda r: r["serve"]["serving_memory"]["rss"], POWER, "B"),
     "serving_anon": Figure(lambda r: r["serve"]["serving_memory"]["rss_anon"], POWER, "B"),
-    # Latency: a fixed cost per query plus work in proportion to the postings or lists scanned, which grow with n.
+    # Latency from one client: a fixed cost per query plus work in proportion to the postings or lists scanned,
+    # which grow with n; its tail keeps its ratio to the median.
     "p50_1": Figure(lambda r: r["serve"]["clients_1"]["p50_ms"], LINEAR, "ms"),
-    "p99_1": Figure(lambda r: r["serve"]["clients_1"]["p99_ms"], LINEAR, "ms"),
+    "p99_1": Figure(lambda r: r["serve"]["clients_1"]["p99_ms"], LINEAR, "ms", follows="p50_1"),
     "cpu_1": Figure(lambda r: r["serve"]["clients_1"].get("cpu_ms_per_query"), LINEAR, "ms"),
-    "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms"),
-    "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms"),
-    # Throughput: its inverse, the machine's time per query, is latency-like.
+    # 16 clients: throughput's inverse, the machine's time per query, grows like a latency; with 16 queries always
+    # in flight, latency is 16 / throughput (Little's law), so the latencies follow the throughput inversely.
     "qps_16": Figure(lambda r: r["serve"]["clients_16"]["queries_per_s"], INVERSE_LINEAR, "queries/s"),
+    "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms", follows="qps_16"),
+    "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms", follows="qps_16"),
 }
 
 
@@ -471,7 +475,16 @@ def table(results: dict[str, dict[int, dict]], projected_sizes: list[int]) -> st
 
 
 def fit(figure: Figure, by_size: dict[int, dict], size: int) -> tuple[float, float] | None:
-    return growth([(n, figure.read(result)) for n, result in by_size.items()], size, figure.model)
+    """(projected value, growth parameter) of a figure at `size`, from an engine's results by size."""
+    if figure.follows is None:
+        return growth([(n, figure.read(result)) for n, result in by_size.items()], size, figure.model)
+    leader = FIGURES[figure.follows]
+    leader_fit = fit(leader, by_size, size)
+    if leader_fit is None:
+        return None
+    largest = by_size[max(by_size)]
+    ratio = leader_fit[0] / leader.read(largest)
+    return figure.read(largest) * (1 / ratio if leader.model == INVERSE_LINEAR else ratio), ratio
 
 
 def growth_table(results: dict[str, dict[int, dict]]) -> str:
@@ -484,6 +497,8 @@ def growth_table(results: dict[str, dict[int, dict]]) -> str:
             fitted = fit(figure, by_size, 1)
             if fitted is None:
                 cells.append("—")
+            elif figure.follows:
+                cells.append(f"∝ {'1/' if FIGURES[figure.follows].model == INVERSE_LINEAR else ''}{figure.follows}")
             elif figure.model == POWER:
                 cells.append(f"n^{fitted[1]:.2f}")
             elif figure.model == INVERSE_LINEAR:
@@ -514,8 +529,8 @@ def report(out: Path, projected_sizes: list[int]) -> None:
         return
     print(f"top {TOP_K}; latency from 1 and 16 concurrent clients; (quiet): the process named by --pause-pid was "
           "stopped while that row's engine built and served; projected: from the two largest measured sizes, "
-          "time, memory and disk as a power law of the passages, latency as a line, queries/s as a line through "
-          "its inverse\n")
+          "time, memory and disk as a power law of the passages; 1-client latency as a line, its p99 in proportion; "
+          "16-client throughput as a line through its inverse, its latencies in inverse proportion\n")
     print(table(results, projected_sizes))
     print("\nGrowth through the two largest measured sizes (the projections' models):\n")
     print(growth_table(results))
