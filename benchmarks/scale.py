@@ -7,7 +7,7 @@
 
 Corpora and queries: benchmarks/scale_corpus.py (real QA passages, then 100-word passages drawn from
 their words; queries are the first 120 characters of HotpotQA passages, top 10). Corpora and indexes
-go under --work (default /work/scale-data, outside the repository); each engine at each size writes
+go under --work (default ~/.cache/arag/scale, outside the repository); each engine at each size writes
 its figures to --out (default benchmarks/results/scale/ENGINE-SIZE.json) and the table is printed
 from every result there, so engines measured in separate runs share one table.
 
@@ -65,7 +65,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import scale_corpus  # noqa: E402
 
 DATASETS = BENCHMARKS.parents[1] / "shared" / "datasets"
-DEFAULT_WORK = Path("/work/scale-data")
+DEFAULT_WORK = Path.home() / ".cache" / "arag" / "scale"
 DEFAULT_OUT = BENCHMARKS / "results" / "scale"
 TOP_K = 10
 CLIENTS = (1, 16)
