@@ -197,9 +197,12 @@ def serve_child(engine: Engine, index_dir: Path, queries_file: Path, ids_file: P
 
 
 def minilm_child(corpus: Path, sample: int) -> dict:
-    """MiniLM's encoding rate (passages/s) on `sample` synthetic passages, with the dense index's batch size."""
+    """The encoding rate (passages/s) of the dense index's default encoder (MiniLM, its batch size and length
+    limit) on `sample` synthetic passages."""
+    import torch
+
     from arag.data.corpus import iter_corpus
-    from arag.retrievers.dense import load_sentence_model
+    from arag.retrievers.dense import SentenceEncoder
 
     texts = []
     for passage in iter_corpus(corpus):
@@ -207,19 +210,14 @@ def minilm_child(corpus: Path, sample: int) -> dict:
             texts.append(passage.long_text)
             if len(texts) == sample:
                 break
-    model = load_sentence_model()
-    model.encode(texts[:16], batch_size=16)
+    encoder = SentenceEncoder()
+    encoder.encode(texts[:encoder.batch_size])
     started = time.perf_counter()
-    model.encode(texts, batch_size=16)
+    encoder.encode(texts)
     seconds = time.perf_counter() - started
     return {"passages": len(texts), "seconds": seconds, "passages_per_s": len(texts) / seconds,
-            "max_seq_length": model.max_seq_length, "threads": _torch_threads()}
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
+            "model": encoder.name, "max_seq_length": encoder.max_seq_length, "batch_size": encoder.batch_size,
+            "threads": torch.get_num_threads()}
 
 
 def child_main(step: str, arguments: dict) -> dict:
@@ -297,11 +295,6 @@ def in_child(step: str, **arguments) -> dict:
 
 
 POWER, LINEAR, INVERSE_LINEAR = "power", "linear", "inverse-linear"
-MODELS = {
-    POWER: "y = a n^b",
-    LINEAR: "y = a + b n",
-    INVERSE_LINEAR: "1/y = a + b n",
-}
 
 
 def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tuple[float, float] | None:
@@ -517,7 +510,8 @@ def minilm_line(out: Path) -> str | None:
         return None
     rate = json.loads(path.read_text())
     hours = DPR_WIKIPEDIA / rate["passages_per_s"] / 3600
-    return (f"MiniLM (all-MiniLM-L6-v2, max {rate['max_seq_length']} tokens, {rate['threads']} threads): "
+    return (f"MiniLM ({rate.get('model', 'all-MiniLM-L6-v2')}, max {rate['max_seq_length']} tokens, "
+            f"{rate['threads']} threads): "
             f"{rate['passages_per_s']:.1f} passages/s on {rate['passages']} 100-word passages, so "
             f"{DPR_WIKIPEDIA:,} passages would take {hours:,.0f} h ({hours / 24:.1f} days) to encode here")
 
