@@ -52,6 +52,8 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
 
 def open_index(index_dir: str | Path) -> Retriever:
     """The retriever over an index folder, whatever its kind (read from its manifest)."""
+    if not (Path(index_dir) / MANIFEST_NAME).exists() and any(Path(index_dir).glob("segments_*")):
+        raise RetrieverError(f"{index_dir} is a Lucene index without an arag manifest: open it as lucene:{index_dir}")
     kind = read_manifest(index_dir)["kind"]
     if kind not in INDEX_KINDS:
         raise RetrieverError(

