@@ -47,6 +47,8 @@ _calls: queue.SimpleQueue = queue.SimpleQueue()
 _java_thread: threading.Thread | None = None
 _java_thread_lock = threading.Lock()
 _jnius = None
+_quiet_loggers: list = []
+"""Java loggers given a level; java.util.logging holds loggers weakly, and would forget the level with them."""
 
 
 def in_java(function: Callable[..., Result], *args: Any) -> Result:
@@ -159,9 +161,18 @@ def _start_jvm() -> None:
     try:
         jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_CLAUSES)
         jnius.autoclass("io.anserini.search.SimpleSearcher")
+        _quiet_loggers.append(_warnings_only(jnius, "org.apache.lucene.store"))  # its notice on every first open
     except jnius.JavaException as exc:
         raise ConfigError(
             f"the JVM of this process was started without Anserini's classes ({exc}); open Lucene indexes "
             "before anything else starts Java in the process"
         ) from None
     _jnius = jnius
+
+
+def _warnings_only(jnius, name: str):
+    """The java.util.logging logger `name`, set to show warnings and worse only."""
+    java_logging = jnius.autoclass("java.util.logging.Logger")
+    found = java_logging.getLogger(name)
+    found.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
+    return found
