@@ -205,7 +205,8 @@ def test_a_killed_build_leaves_nothing_and_a_rerun_indexes_each_passage_once(tmp
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     staging_prefix = STAGING_PREFIX.format(name=out.name)
     deadline = time.monotonic() + 60
-    while not any(p.name.startswith(staging_prefix) and any(p.iterdir()) for p in tmp_path.iterdir()):
+    # Killed while Anserini indexes: its IndexWriter holds write.lock in the staging folder from start to end.
+    while not any(p.name.startswith(staging_prefix) and (p / "write.lock").exists() for p in tmp_path.iterdir()):
         assert child.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)
