@@ -72,21 +72,25 @@ def index_group() -> None:
 
 @index_group.command("build")
 @click.option("--corpus", required=True, type=click.Path(), help="Corpus file: JSONL (id, title, text) or DPR TSV.")
-@click.option("--out", "out_dir", required=True, type=click.Path(), help="Folder for the index.")
+@click.option("--out", "out_dir", required=True, type=click.Path(),
+              help="Folder for the index; for --kind milvus, URI#COLLECTION (./NAME.db or http://HOST:19530).")
 @click.option("--kind", default="bm25", show_default=True,
-              type=click.Choice(["bm25", "dense", "colbert", "lucene"]), help="Index kind.")
+              type=click.Choice(["bm25", "dense", "colbert", "lucene", "milvus"]), help="Index kind.")
 @click.option("--checkpoint", type=click.Path(), help="ColBERT checkpoint folder (kind colbert), e.g. colbertv2.0.")
+@click.option("--model", type=click.Path(),
+              help="Sentence-transformers model folder (kinds dense, milvus); default: the bundled all-MiniLM-L6-v2.")
 @click.option("--k1", type=float, help="BM25 k1 (kinds bm25 and lucene; default 1.5).")
 @click.option("--b", type=float, help="BM25 b (kinds bm25 and lucene; default 0.75).")
 @click.option("--threads", type=click.IntRange(min=1), help="Indexing threads (kind lucene; default: all cores).")
-def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None, k1: float | None, b: float | None,
-                threads: int | None) -> None:
-    """Build an index from a corpus file."""
+def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None, model: str | None, k1: float | None,
+                b: float | None, threads: int | None) -> None:
+    """Build an index from a corpus file (dense and milvus builds resume when rerun after an interruption)."""
     from arag.data._io import check_output_folder
     from arag.retrievers import build_index
 
-    check_output_folder(out_dir)
-    given = {"checkpoint": checkpoint, "k1": k1, "b": b, "threads": threads}
+    if kind != "milvus":
+        check_output_folder(out_dir)
+    given = {"checkpoint": checkpoint, "model": model, "k1": k1, "b": b, "threads": threads}
     options = {name: value for name, value in given.items() if value is not None}
     path = build_index(corpus, out_dir, kind=kind, **options)
     click.echo(f"built {kind} index at {path}")

@@ -15,16 +15,16 @@ from arag.errors import ConfigError, DataError
 
 
 @contextmanager
-def atomic_writer(path: str | Path, newline: str | None = None) -> Iterator[TextIO]:
-    """A UTF-8 text file written beside `path` and moved over it when the block ends without an error, so that
-    a reader (or a rerun after a kill) never finds half a file; the folder is made if needed. A failed write
-    leaves `path` as it was and no staged file behind."""
+def atomic_writer(path: str | Path, newline: str | None = None, binary: bool = False) -> Iterator[TextIO]:
+    """A UTF-8 text file (a binary one with `binary=True`) written beside `path` and moved over it when the block
+    ends without an error, so that a reader (or a rerun after a kill) never finds half a file; the folder is made
+    if needed. A failed write leaves `path` as it was and no staged file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Each write stages under its own name: two writers of one file never share (or remove) each other's stage.
     staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with open(staging, "x", encoding="utf-8", newline=newline) as handle:
+        with (open(staging, "xb") if binary else open(staging, "x", encoding="utf-8", newline=newline)) as handle:
             yield handle
         os.replace(staging, path)
     finally:

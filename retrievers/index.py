@@ -20,17 +20,20 @@ from arag.retrievers.colbert_http import ColBERTv2Retriever
 from arag.retrievers.dense import DenseRetriever
 from arag.retrievers.lucene import LuceneRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
+from arag.retrievers.milvus import MilvusRetriever
 
 logger = logging.getLogger("arag")
 
 INDEX_KINDS: dict[str, type] = {
-    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, LuceneRetriever)
+    cls.kind: cls for cls in (BM25Retriever, ColBERTRetriever, DenseRetriever, LuceneRetriever, MilvusRetriever)
 }
 """Index classes by manifest `kind`, each with `write_index(passages, out_dir, *, corpus_sha256, **options)`
-and `load(dir)`."""
+and `load(dir)`; those with `addressed_by_folder = False` (Milvus) take a location string (`URI#collection`)
+in place of the folder."""
 
 SPEC_FORMS = (
     "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
+    "milvus:URI#COLLECTION (URI: a Milvus Lite file ./NAME.db or http://HOST:19530), "
     "lucene:DIR (an arag Lucene index or a prebuilt Pyserini one), "
     "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
 )
@@ -47,7 +50,8 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
         passages, digest = iter_corpus(corpus), file_sha256(corpus)
     else:
         passages, digest = corpus, None
-    return index_class.write_index(passages, Path(out_dir), corpus_sha256=digest, **options)
+    target = Path(out_dir) if _addressed_by_folder(index_class) else os.fspath(out_dir)
+    return index_class.write_index(passages, target, corpus_sha256=digest, **options)
 
 
 def open_index(index_dir: str | Path) -> Retriever:
@@ -77,6 +81,9 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
     Kinds that need an option without a default (ColBERT's checkpoint) are built with `build_index`.
     """
     index_class = _index_class(kind)
+    if not _addressed_by_folder(index_class):
+        raise ConfigError(f"{index_class.label} holds no cached per-corpus indexes: load the corpus with "
+                          f"`arag index build --kind {kind} --out URI#COLLECTION` and pass {kind}:URI#COLLECTION")
     required = _required_options(index_class)
     if required:
         raise ConfigError(
@@ -118,7 +125,8 @@ def open_retriever(spec: Any = None, *, corpus: str | Path | None = None) -> Ret
             return ColBERTv2Retriever(spec)
         kind, colon, location = spec.partition(":")
         if colon and kind in INDEX_KINDS:
-            return INDEX_KINDS[kind].load(Path(location).expanduser())
+            index_class = INDEX_KINDS[kind]
+            return index_class.load(Path(location).expanduser() if _addressed_by_folder(index_class) else location)
         if Path(spec).expanduser().is_dir():
             return open_index(Path(spec).expanduser())
         raise RetrieverError(
@@ -147,6 +155,10 @@ def _index_class(kind: str) -> type:
     if kind not in INDEX_KINDS:
         raise ConfigError(f"unknown index kind {kind!r}; known: {_known_kinds()}")
     return INDEX_KINDS[kind]
+
+
+def _addressed_by_folder(index_class: type) -> bool:
+    return getattr(index_class, "addressed_by_folder", True)
 
 
 def _required_options(index_class: type) -> list[str]:

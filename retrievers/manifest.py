@@ -1,17 +1,23 @@
-"""Index folders on disk: the `arag-index.json` manifest and atomic publication of a finished build."""
+"""Index folders on disk: the `arag-index.json` manifest, atomic publication of a finished build, and the
+passages of an index (`passages.jsonl` with a file of byte offsets, so any kind can read k passages without
+holding the corpus in memory)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from arag.errors import RetrieverError
+from arag.passages import Passage
 
 MANIFEST_NAME = "arag-index.json"
 PASSAGES_FILE = "passages.jsonl"
@@ -30,11 +36,17 @@ def write_manifest(index_dir: Path, **fields) -> dict:
     return manifest
 
 
-def write_index_files(staging: Path, kind: str, format_version: int, records: list[tuple[str, str, str]], *,
-                      corpus_sha256: str | None, settings: dict, **versions: str) -> dict:
-    """What every index folder holds beside its engine's own files: the passages and the manifest."""
-    write_records(staging / PASSAGES_FILE, records)
-    return write_manifest(staging, kind=kind, format_version=format_version, n_passages=len(records),
+def write_index_files(staging: Path, kind: str, format_version: int, records: Iterable[tuple[str, str, str]] | None,
+                      *, corpus_sha256: str | None, settings: dict, n_passages: int | None = None,
+                      **versions: str) -> dict:
+    """What every index folder holds beside its engine's own files: the passages and the manifest.
+
+    `records=None` when the build wrote `PASSAGES_FILE` itself (streaming, with a `PassageWriter`); then
+    `n_passages` gives their number.
+    """
+    if records is not None:
+        n_passages = write_records(staging / PASSAGES_FILE, records)
+    return write_manifest(staging, kind=kind, format_version=format_version, n_passages=n_passages,
                           corpus_sha256=corpus_sha256, settings=settings, **versions)
 
 
@@ -123,13 +135,86 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def write_records(path: Path, records: list[tuple[str, str, str]]) -> None:
-    """The passages of an index, one `[id, title, text]` JSON list per line."""
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+def offsets_path(passages_path: Path) -> Path:
+    """The offsets file beside a passages file (`passages.jsonl` -> `passages.offsets`)."""
+    return passages_path.with_suffix(".offsets")
+
+
+class PassageWriter:
+    """Writes passages one at a time: one `[id, title, text]` JSON list per line, and beside them the byte
+    offset of every line plus the file's end as little-endian uint64 (n + 1 numbers), for `PassageStore`.
+
+    Streams: nothing but the current passage is held in memory.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.count = 0
+        self._lines = open(path, "xb")
+        self._offsets = open(offsets_path(path), "xb")
+        self._offsets.write(struct.pack("<Q", 0))
+
+    def write(self, record: tuple[str, str, str]) -> None:
+        self._lines.write((json.dumps(list(record), ensure_ascii=False) + "\n").encode("utf-8"))
+        self._offsets.write(struct.pack("<Q", self._lines.tell()))
+        self.count += 1
+
+    def close(self) -> None:
+        self._lines.close()
+        self._offsets.close()
+
+    def __enter__(self) -> PassageWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def write_records(path: Path, records: Iterable[tuple[str, str, str]]) -> int:
+    """Writes the passages of an index with a `PassageWriter`; returns how many."""
+    with PassageWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    return writer.count
 
 
 def read_records(path: Path) -> list[tuple[str, str, str]]:
-    """The passages written by `write_records`, in order."""
+    """Every passage written by `write_records`, in order, in memory (see `PassageStore` for reading on demand)."""
     with open(path, encoding="utf-8") as handle:
         return [tuple(json.loads(line)) for line in handle]
+
+
+class PassageStore:
+    """The passages of an index read on demand: the offsets are memory-mapped and passage i is one positioned
+    read of its line, so k results read k lines and resident memory does not grow with the corpus.
+
+    Safe to use from many threads (positioned reads share no file cursor).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._offsets = np.memmap(offsets_path(path), dtype="<u8", mode="r")
+            size = path.stat().st_size
+        except (OSError, ValueError) as exc:
+            raise RetrieverError(f"{path.parent}: damaged passage store ({exc})") from None
+        if int(self._offsets[-1]) != size:
+            raise RetrieverError(f"{path.parent}: damaged passage store ({path.name} and its offsets disagree)")
+        self._fd = os.open(path, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def record(self, index: int) -> tuple[str, str, str]:
+        """Passage `index` (0-based, in index order) as `(id, title, text)`."""
+        start, end = int(self._offsets[index]), int(self._offsets[index + 1])
+        return tuple(json.loads(os.pread(self._fd, end - start, start)))
+
+    def passage(self, index: int, score: float) -> Passage:
+        pid, title, text = self.record(index)
+        return Passage(id=pid, title=title, text=text, score=score)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)

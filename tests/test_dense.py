@@ -1,14 +1,17 @@
-"""DenseRetriever: cosine ranking with all-MiniLM-L6-v2 (offline), exact and HNSW search, reloading, specs, threads."""
+"""DenseRetriever: cosine ranking with all-MiniLM-L6-v2 (offline), reloading, specs, serving, errors, threads.
+(IVF-PQ, resumable builds and memory mapping: test_dense_disk.py.)"""
 
 import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
+import faiss
 import numpy as np
 import pytest
 
 from arag.errors import ConfigError, DataError, RetrieverError
 from arag.passages import Passage
-from arag.retrievers import DenseRetriever, build_index, open_index, open_retriever
+from arag.retrievers import ColBERTv2Retriever, DenseRetriever, SearchServer, build_index, open_index, open_retriever
 from arag.retrievers import dense as dense_module
 from arag.retrievers.manifest import MANIFEST_NAME
 
@@ -84,18 +87,15 @@ def test_reload_gives_identical_results_and_manifest_records_the_model(index_dir
     assert again.retrieve_batch(list(PARAPHRASES), 5) == retriever.retrieve_batch(list(PARAPHRASES), 5)
     manifest = json.loads((index_dir / MANIFEST_NAME).read_text())
     assert manifest["kind"] == "dense" and manifest["n_passages"] == len(PASSAGES)
-    assert manifest["settings"] == {"model": "all-MiniLM-L6-v2", "dim": 384, "max_seq_length": 256, "search": "exact"}
+    assert manifest["settings"] == {"model": "all-MiniLM-L6-v2", "embedder": "sentence-transformers",
+                                    "max_seq_length": 256, "dim": 384, "search": "exact"}
 
 
-def test_large_corpora_get_an_hnsw_graph_ranking_like_exact_search(tmp_path, retriever):
-    graph = DenseRetriever.build(PASSAGES, tmp_path / "hnsw", exact_up_to=len(PASSAGES) - 1)
-    assert (tmp_path / "hnsw" / dense_module.HNSW_FILE).is_file()
-    assert json.loads((tmp_path / "hnsw" / MANIFEST_NAME).read_text())["settings"]["search"] == "hnsw"
-    for query in PARAPHRASES:
-        exact, approximate = retriever.retrieve(query, 5), graph.retrieve(query, 5)
-        assert [p.id for p in approximate] == [p.id for p in exact]
-        assert [p.score for p in approximate] == pytest.approx([p.score for p in exact], abs=1e-5)
-    assert len(graph.retrieve("chess", 100)) == len(PASSAGES)
+def test_a_dense_spec_is_served_over_http(index_dir, retriever):
+    with SearchServer(open_retriever(f"dense:{index_dir}"), port=0) as served:
+        remote = ColBERTv2Retriever(served.url)
+        for query in PARAPHRASES:
+            assert [p.id for p in remote.retrieve(query, 3)] == [p.id for p in retriever.retrieve(query, 3)]
 
 
 def test_max_seq_length_truncates_passages(tmp_path):
@@ -104,7 +104,7 @@ def test_max_seq_length_truncates_passages(tmp_path):
     full = DenseRetriever.build(passages, tmp_path / "full")
     short = DenseRetriever.build(passages, tmp_path / "short", max_seq_length=16)
     assert json.loads((tmp_path / "short" / MANIFEST_NAME).read_text())["settings"]["max_seq_length"] == 16
-    assert DenseRetriever.load(tmp_path / "short")._encoder.max_seq_length == 16
+    assert DenseRetriever.load(tmp_path / "short")._encoder.model.max_seq_length == 16
     def late_score(retriever):
         return next(p.score for p in retriever.retrieve("saxophone", 2) if p.id == "late")
 
@@ -126,6 +126,7 @@ def test_build_index_and_open_index_know_the_dense_kind(tmp_path):
     [
         ({"batch_size": 0}, "batch_size"),
         ({"exact_up_to": -1}, "exact_up_to"),
+        ({"chunk_size": 0}, "chunk_size"),
         ({"max_seq_length": 100_000}, "max_seq_length"),
         ({"model": "/no/such/model"}, "/no/such/model"),
     ],
@@ -140,8 +141,13 @@ def test_no_passages_and_damaged_indexes(tmp_path, index_dir):
     with pytest.raises(DataError):
         DenseRetriever.build([], tmp_path / "empty")
     damaged = tmp_path / "damaged"
-    DenseRetriever.write_index(PASSAGES, damaged)
-    np.save(damaged / dense_module.EMBEDDINGS_FILE, np.zeros((3, 384), dtype=np.float32))
+    shutil.copytree(index_dir, damaged)
+    (damaged / dense_module.INDEX_FILE).write_bytes(b"not a faiss index")
+    with pytest.raises(RetrieverError, match="damaged dense index"):
+        DenseRetriever.load(damaged)
+    shrunk = faiss.IndexFlatIP(384)
+    shrunk.add(np.zeros((3, 384), dtype=np.float32))
+    faiss.write_index(shrunk, str(damaged / dense_module.INDEX_FILE))
     with pytest.raises(RetrieverError, match="passage counts disagree"):
         DenseRetriever.load(damaged)
     (tmp_path / "bm25-like").mkdir()

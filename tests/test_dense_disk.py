@@ -1,0 +1,232 @@
+"""Dense indexes on disk with real faiss and a deterministic encoder (no model): the passage store, exact and
+IVF-PQ search against brute force, memory mapping, a build killed by SIGKILL and resumed, encoders and errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from arag.errors import ConfigError, DataError, RetrieverError  # noqa: E402
+from arag.passages import Passage  # noqa: E402
+from arag.retrievers import DenseRetriever, build_index  # noqa: E402
+from arag.retrievers import dense as dense_module  # noqa: E402
+from arag.retrievers.manifest import MANIFEST_NAME, PASSAGES_FILE, PassageStore, write_records  # noqa: E402
+from arag.testing.encoders import HashingEncoder  # noqa: E402
+
+DIM = 64
+N_TOPICS = 30
+
+
+def topical_passages(n: int, seed: int = 0) -> list[Passage]:
+    """Passages of 20 words from one of N_TOPICS vocabularies plus 10 common words: neighbours share a topic."""
+    rng = np.random.default_rng(seed)
+    topics = [[f"topic{t}word{i}" for i in range(60)] for t in range(N_TOPICS)]
+    common = [f"common{i}" for i in range(400)]
+    return [
+        Passage(f"p{i}", f"Topic {i % N_TOPICS}",
+                " ".join([*rng.choice(topics[i % N_TOPICS], 20), *rng.choice(common, 10)]))
+        for i in range(n)
+    ]
+
+
+PASSAGES = topical_passages(3000)
+QUERIES = [" ".join(p.text.split()[:6]) for p in PASSAGES[::20]]
+IVFPQ_OPTIONS = {"exact_up_to": 0, "pq_bytes": 16, "chunk_size": 500}
+
+
+class CountingEncoder(HashingEncoder):
+    """Counts the texts it encodes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.encoded = 0
+
+    def encode(self, texts):
+        self.encoded += len(texts)
+        return super().encode(texts)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return HashingEncoder(DIM)
+
+
+@pytest.fixture(scope="module")
+def exact(tmp_path_factory, encoder):
+    return DenseRetriever.build(PASSAGES, tmp_path_factory.mktemp("exact") / "index", encoder=encoder, chunk_size=700)
+
+
+@pytest.fixture(scope="module")
+def ivfpq(tmp_path_factory, encoder):
+    return DenseRetriever.build(PASSAGES, tmp_path_factory.mktemp("ivfpq") / "index", encoder=encoder, **IVFPQ_OPTIONS)
+
+
+def ids(results):
+    return [[p.id for p in found] for found in results]
+
+
+def recall_at_10(approximate, exact):
+    return np.mean([len(set(a) & set(e)) / len(e) for a, e in zip(ids(approximate), ids(exact))])
+
+
+def test_passage_store_reads_any_passage_by_position(tmp_path):
+    records = [(f"id{i}", f"Títle {i}", "text with ünïcode and a newline\nin it " * (i % 4)) for i in range(50)]
+    assert write_records(tmp_path / PASSAGES_FILE, records) == 50
+    store = PassageStore(tmp_path / PASSAGES_FILE)
+    assert len(store) == 50
+    assert [store.record(i) for i in (49, 0, 17)] == [records[49], records[0], records[17]]
+    assert store.passage(3, 0.5) == Passage(*records[3], 0.5)
+    with open(tmp_path / PASSAGES_FILE, "a") as handle:
+        handle.write('["extra", "", "x"]\n')
+    with pytest.raises(RetrieverError, match="passages.jsonl and its offsets disagree"):
+        PassageStore(tmp_path / PASSAGES_FILE)
+
+
+def test_exact_search_equals_brute_force_cosine(exact, encoder):
+    vectors = encoder.encode([p.long_text for p in PASSAGES])
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for query in QUERIES[:20]:
+        query_vector = encoder.encode([query])[0]
+        scores = vectors @ (query_vector / np.linalg.norm(query_vector))
+        found = exact.retrieve(query, 10)
+        assert [p.score for p in found] == pytest.approx(sorted(scores, reverse=True)[:10], abs=1e-5)
+        assert {p.id for p in found} <= {PASSAGES[i].id for i in np.flatnonzero(scores >= found[-1].score - 1e-5)}
+        assert found[0] == Passage(*_record_of(found[0].id), found[0].score)
+
+
+def _record_of(passage_id):
+    passage = PASSAGES[int(passage_id[1:])]
+    return passage.id, passage.title, passage.text
+
+
+def test_ivfpq_recall_against_exact_search(exact, ivfpq, encoder):
+    settings = json.loads((ivfpq.index_dir / MANIFEST_NAME).read_text())["settings"]
+    assert settings == {"model": "hashing-64", "embedder": "custom", "max_seq_length": None, "dim": DIM,
+                        "search": "ivfpq", "nlist": 75, "pq_bytes": 16, "nprobe": 32}
+    truth = exact.retrieve_batch(QUERIES, 10)
+    # Stated recall@10 on this corpus (top 10s are near-ties within a topic, the hard case for 16-byte codes).
+    assert recall_at_10(ivfpq.retrieve_batch(QUERIES, 10), truth) >= 0.65
+    everywhere = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75)
+    assert everywhere.nprobe == 75 and "ivfpq nprobe=75" in repr(everywhere)
+    assert recall_at_10(everywhere.retrieve_batch(QUERIES, 10), truth) >= 0.7
+    assert [p.id for p in ivfpq.retrieve("topic3word7 topic3word8", 100)[:3]] != []
+
+
+def test_indexes_are_memory_mapped_not_read_into_the_heap(exact, ivfpq):
+    maps = open("/proc/self/maps").read()
+    for retriever in (exact, ivfpq):
+        assert str(retriever.index_dir / dense_module.INDEX_FILE) in maps
+        assert str(retriever.index_dir / "passages.offsets") in maps
+
+
+def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, encoder):
+    corpus = tmp_path / "corpus.jsonl"
+    passages = PASSAGES[:1500]
+    corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in passages))
+    options = {**IVFPQ_OPTIONS, "chunk_size": 100}
+    out_dir, partial = tmp_path / "index", dense_module.partial_dir(tmp_path / "index")
+    code = ("from arag.retrievers import build_index; from arag.testing.encoders import HashingEncoder; "
+            f"build_index({str(corpus)!r}, {str(out_dir)!r}, kind='dense', encoder=HashingEncoder({DIM}, delay=0.2), "
+            f"**{options!r})")
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(partial.glob("chunk-*.npy"))) < 3:
+            assert child.poll() is None and time.monotonic() < deadline, "the build ended before it was killed"
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait()
+    assert child.returncode == -signal.SIGKILL and not out_dir.exists()
+    saved = len(list(partial.glob("chunk-*.npy")))
+    assert 3 <= saved < 15
+    counting = CountingEncoder(DIM)
+    build_index(corpus, out_dir, kind="dense", encoder=counting, **options)
+    assert counting.encoded == len(passages) - 100 * saved  # saved chunks were kept, not embedded again
+    assert not partial.exists()
+    store = PassageStore(out_dir / PASSAGES_FILE)
+    assert [store.record(i)[0] for i in range(len(store))] == [p.id for p in passages]  # each once, in order
+    resumed = DenseRetriever.load(out_dir, encoder=encoder)
+    whole = DenseRetriever.build(corpus_passages(passages), tmp_path / "whole", encoder=encoder, **options)
+    assert resumed.retrieve_batch(QUERIES, 10) == whole.retrieve_batch(QUERIES, 10)
+
+
+def corpus_passages(passages):
+    return (p for p in passages)  # a generator: builds stream their input
+
+
+def test_an_interrupted_build_refuses_other_arguments_or_another_corpus(tmp_path, encoder):
+    out_dir = tmp_path / "index"
+    partial = dense_module.partial_dir(out_dir)
+
+    def interrupt_after_two_chunks(passages):
+        for passage in passages[:250]:
+            yield passage
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        DenseRetriever.write_index(interrupt_after_two_chunks(PASSAGES), out_dir, encoder=encoder, chunk_size=100)
+    assert sorted(p.name for p in partial.glob("chunk-*.npy")) == ["chunk-000000.npy", "chunk-000001.npy"]
+    with pytest.raises(ConfigError, match="other arguments"):
+        DenseRetriever.write_index(PASSAGES, out_dir, encoder=encoder, chunk_size=50)
+    with pytest.raises(DataError, match="chunk 1 holds other passages"):
+        DenseRetriever.write_index(PASSAGES[:100] + PASSAGES[150:400], out_dir, encoder=encoder, chunk_size=100)
+    DenseRetriever.write_index(PASSAGES[:400], out_dir, encoder=encoder, chunk_size=100)
+    assert len(PassageStore(out_dir / PASSAGES_FILE)) == 400 and not partial.exists()
+
+
+def test_encoders_are_recorded_and_checked(ivfpq, tmp_path):
+    with pytest.raises(ConfigError, match=r"encoder=THE_SAME_ENCODER"):
+        DenseRetriever.load(ivfpq.index_dir)
+    with pytest.raises(RetrieverError, match="32-dimensional embeddings, the index holds 64"):
+        DenseRetriever.load(ivfpq.index_dir, encoder=HashingEncoder(32))
+
+    class Flat:
+        def encode(self, texts):
+            return np.ones(len(texts), dtype=np.float32)
+
+    with pytest.raises(ConfigError, match=r"shape \(3,\) for 3 texts"):
+        DenseRetriever.build(PASSAGES[:3], tmp_path / "flat", encoder=Flat())
+    with pytest.raises(ConfigError, match="no encode"):
+        DenseRetriever.build(PASSAGES[:3], tmp_path / "none", encoder=object())
+    with pytest.raises(ConfigError, match="either an encoder object or model"):
+        DenseRetriever.build(PASSAGES[:3], tmp_path / "both", encoder=HashingEncoder(), model="/some/model")
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        ({"chunk_size": 0}, ConfigError, "chunk_size"),
+        ({"nlist": -2}, ConfigError, "nlist"),
+        ({"exact_up_to": 0, "pq_bytes": 7}, ConfigError, "pq_bytes 7 must divide the embedding dimension 64"),
+        ({"exact_up_to": 0, "nlist": 5000}, ConfigError, "nlist 5000 is above the number of passages"),
+    ],
+)
+def test_bad_options_are_errors_naming_them(tmp_path, encoder, options, error, message):
+    with pytest.raises(error, match=message):
+        DenseRetriever.write_index(PASSAGES[:1200], tmp_path / "index", encoder=encoder, **options)
+    assert not (tmp_path / "index").exists()
+
+
+def test_small_corpora_cannot_train_ivfpq_and_old_formats_ask_for_a_rebuild(tmp_path, encoder):
+    with pytest.raises(ConfigError, match="at least 1,000 passages"):
+        DenseRetriever.write_index(PASSAGES[:50], tmp_path / "small", encoder=encoder, exact_up_to=10)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / MANIFEST_NAME).write_text(json.dumps({"kind": "dense", "format_version": 1, "settings": {}}))
+    with pytest.raises(RetrieverError, match="format 1 .* rebuild the index"):
+        DenseRetriever.load(old, encoder=encoder)
+
+
+def test_many_threads_get_the_serial_results(ivfpq):
+    expected = [ivfpq.retrieve(q, 5) for q in QUERIES]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(lambda q: ivfpq.retrieve(q, 5), QUERIES)) == expected
