@@ -56,6 +56,8 @@ def build_index(corpus: str | Path | Iterable[Passage], out_dir: str | Path, kin
 
 def open_index(index_dir: str | Path) -> Retriever:
     """The retriever over an index folder, whatever its kind (read from its manifest)."""
+    if not (Path(index_dir) / MANIFEST_NAME).exists() and any(Path(index_dir).glob("segments_*")):
+        raise RetrieverError(f"{index_dir} is a Lucene index without an arag manifest: open it as lucene:{index_dir}")
     kind = read_manifest(index_dir)["kind"]
     if kind not in INDEX_KINDS:
         raise RetrieverError(
@@ -74,7 +76,8 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
     """The retriever over a corpus file, indexed on first use (with default options) and reused while the
     file's content is unchanged.
 
-    The cache is keyed by the SHA-256 of the file's bytes. Processes racing on the first use do not
+    The cache is keyed by the SHA-256 of the file's bytes and the index format (an arag that writes a newer
+    format builds anew beside the old one). Processes racing on the first use do not
     corrupt it: each builds in its own staging folder, one rename wins and the others load its index.
     Kinds that need an option without a default (ColBERT's checkpoint) are built with `build_index`.
     """
@@ -89,7 +92,7 @@ def index_for_corpus(corpus_path: str | Path, kind: str = "bm25") -> Retriever:
             f"`arag index build --kind {kind} --{required[0]} ...` and pass its folder"
         )
     digest = file_sha256(corpus_path)
-    index_dir = index_cache_root() / kind / digest
+    index_dir = index_cache_root() / kind / f"format-{index_class.format_version}" / digest
     if not (index_dir / MANIFEST_NAME).is_file():
         passages = load_corpus(corpus_path)
         logger.info(

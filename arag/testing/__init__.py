@@ -5,9 +5,11 @@ dict ``{output field: value}`` for adapter calls (ChatAdapter or JSONAdapter), o
 value may be a ``Scripted`` or ``Tokens`` to choose token probabilities. The same engine code answers in-process
 (``scripted_lm``) and over HTTP (``OpenAICompatibleServer``, in ``openai_server``). ``StandInModel`` (``stand_in``)
 is a responder that answers every arag signature, for the benchmarks. Fake retrievers (``retrievers``) give passages
-known in advance and record every query.
+known in advance and record every query. ``HashingEncoder`` (``encoders``) embeds texts for dense indexes without a
+model: deterministic, fast, and not semantic.
 """
 
+from arag.testing.encoders import HashingEncoder
 from arag.testing.engines import (
     GARBAGE_TEXT,
     TOKEN_PATTERN,
@@ -36,6 +38,7 @@ __all__ = [
     "TOKEN_PATTERN",
     "Faults",
     "FixedRetriever",
+    "HashingEncoder",
     "NoLogprobsEngine",
     "OpenAICompatibleServer",
     "PassageTemplate",
