@@ -22,7 +22,7 @@ engine's top 10 (bm25s for Lucene, exact flat search for IVF-PQ) that an engine'
 same queries at the same size. "source hit@10": how often the HotpotQA passage a query was cut from is
 in the top 10.
 
-The dense engines are measured with arag.testing.encoders.HashingEncoder at 384 dimensions (hashed
+The dense engines are measured with arag.testing.HashingEncoder at 384 dimensions (hashed
 words: not a semantic model), so that million-passage builds take minutes; MiniLM's own encoding rate
 is measured on a sample and its encoding time for DPR Wikipedia projected from it.
 
@@ -80,7 +80,7 @@ EXACT_UP_TO = 10**9  # the dense index's option that keeps search exact (flat) a
 
 def hashing_encoder() -> dict:
     """The cheap deterministic encoder the dense engines are measured with: hashed words, not a semantic model."""
-    from arag.testing.encoders import HashingEncoder
+    from arag.testing import HashingEncoder
 
     return {"encoder": HashingEncoder(dim=DENSE_DIMENSION)}
 
