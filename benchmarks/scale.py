@@ -294,13 +294,12 @@ def in_child(step: str, **arguments) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-POWER, LINEAR, INVERSE_LINEAR = "power", "linear", "inverse-linear"
+POWER, LINEAR = "power", "linear"
 
 
 def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tuple[float, float] | None:
     """(value at `size`, b) of a growth model through the two largest measured sizes: a power law y = a n^b
-    (b the exponent), a line y = a + b n, or a line through 1/y (b per million passages for both; a falling
-    line is taken as flat)."""
+    (b the exponent) or a line y = a + b n (b per million passages; a falling line is taken as flat)."""
     points = sorted(point for point in points if point[1] and point[1] > 0)
     if len(points) < 2:
         return None
@@ -308,9 +307,6 @@ def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tu
     if model == POWER:
         exponent = math.log(y2 / y1) / math.log(n2 / n1)
         return y2 * (size / n2) ** exponent, exponent
-    if model == INVERSE_LINEAR:
-        value, slope = growth([(n1, 1 / y1), (n2, 1 / y2)], size, LINEAR)
-        return (1 / value if value > 0 else math.inf), slope
     slope = max(0.0, (y2 - y1) / (n2 - n1))  # a line falling with n is noise: taken as flat
     return y2 + slope * (size - n2), slope * 1e6
 
@@ -318,12 +314,13 @@ def growth(points: list[tuple[int, float]], size: int, model: str = POWER) -> tu
 @dataclass(frozen=True)
 class Figure:
     """One figure of a result: how to read it, and how it is projected to larger corpora: by its own growth model,
-    or in proportion to the projection of the figure it `follows` (inversely to a throughput)."""
+    or in proportion (`inverse`: in inverse proportion) to the projection of the figure it `follows`."""
 
     read: Callable[[dict], float | None]
     model: str
     unit: str
     follows: str | None = None
+    inverse: bool = False
 
 
 FIGURES: dict[str, Figure] = {
@@ -335,16 +332,18 @@ FIGURES: dict[str, Figure] = {
     "disk_bytes": Figure(lambda r: r["build"]["disk_bytes"], POWER, "B"),
     "serving_rss": Figure(lambda r: r["serve"]["serving_memory"]["rss"], POWER, "B"),
     "serving_anon": Figure(lambda r: r["serve"]["serving_memory"]["rss_anon"], POWER, "B"),
-    # Latency from one client: a fixed cost per query plus work in proportion to the postings or lists scanned,
-    # which grow with n; its tail keeps its ratio to the median.
+    # One client: a fixed cost per query plus work in proportion to the postings or lists scanned, which grow
+    # with n; the tail keeps its ratio to the median.
     "p50_1": Figure(lambda r: r["serve"]["clients_1"]["p50_ms"], LINEAR, "ms"),
     "p99_1": Figure(lambda r: r["serve"]["clients_1"]["p99_ms"], LINEAR, "ms", follows="p50_1"),
     "cpu_1": Figure(lambda r: r["serve"]["clients_1"].get("cpu_ms_per_query"), LINEAR, "ms"),
-    # 16 clients: throughput's inverse, the machine's time per query, grows like a latency; with 16 queries always
-    # in flight, latency is 16 / throughput (Little's law), so the latencies follow the throughput inversely.
-    "qps_16": Figure(lambda r: r["serve"]["clients_16"]["queries_per_s"], INVERSE_LINEAR, "queries/s"),
-    "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms", follows="qps_16"),
-    "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms", follows="qps_16"),
+    # 16 clients keep the cores busy: throughput falls as each query's work (the 1-client median, which is close to
+    # its CPU time for every engine here) grows, and with 16 queries always in flight latency is 16 / throughput
+    # (Little's law).
+    "qps_16": Figure(lambda r: r["serve"]["clients_16"]["queries_per_s"], LINEAR, "queries/s", follows="p50_1",
+                     inverse=True),
+    "p50_16": Figure(lambda r: r["serve"]["clients_16"]["p50_ms"], LINEAR, "ms", follows="qps_16", inverse=True),
+    "p99_16": Figure(lambda r: r["serve"]["clients_16"]["p99_ms"], LINEAR, "ms", follows="qps_16", inverse=True),
 }
 
 
@@ -391,16 +390,28 @@ def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
               "serve": served, "phases": {"build": build_pause, "serve": serve_pause},
               "queries": args.queries, "clients": list(CLIENTS), "machine": machine(), "commit": commit(),
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    reference_ids = args.work / "ids" / f"{engine.reference}-{size}.json"
-    if engine.reference and reference_ids.is_file():
-        from retrieval_agreement import ids_agreement
-
-        top_10 = ids_agreement(json.loads(ids_file.read_text()), json.loads(reference_ids.read_text()), TOP_K)
-        result["agreement"] = {"with": engine.reference, "top_10": top_10}
     (args.out / f"{name}-{size}.json").write_text(json.dumps(result, indent=2) + "\n")
     if not args.keep_indexes:
         shutil.rmtree(index_dir)
     return result
+
+
+def record_agreements(work: Path, out: Path) -> None:
+    """Adds to each result the top-10 agreement with its engine's reference at the same size, wherever both
+    engines' result ids are in `work` (whichever of the two was measured first)."""
+    from retrieval_agreement import ids_agreement
+
+    for path in out.glob("*.json"):
+        result = json.loads(path.read_text())
+        engine = ENGINES.get(result.get("engine"))
+        if engine is None or engine.reference is None:
+            continue
+        ids, reference_ids = (work / "ids" / f"{name}-{result['size']}.json" for name in (result["engine"],
+                                                                                         engine.reference))
+        if ids.is_file() and reference_ids.is_file():
+            top_10 = ids_agreement(json.loads(ids.read_text()), json.loads(reference_ids.read_text()), TOP_K)
+            result["agreement"] = {"with": engine.reference, "top_10": top_10}
+            path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def machine() -> dict:
@@ -477,7 +488,7 @@ def fit(figure: Figure, by_size: dict[int, dict], size: int) -> tuple[float, flo
         return None
     largest = by_size[max(by_size)]
     ratio = leader_fit[0] / leader.read(largest)
-    return figure.read(largest) * (1 / ratio if leader.model == INVERSE_LINEAR else ratio), ratio
+    return figure.read(largest) * (1 / ratio if figure.inverse else ratio), ratio
 
 
 def growth_table(results: dict[str, dict[int, dict]]) -> str:
@@ -491,11 +502,9 @@ def growth_table(results: dict[str, dict[int, dict]]) -> str:
             if fitted is None:
                 cells.append("—")
             elif figure.follows:
-                cells.append(f"∝ {'1/' if FIGURES[figure.follows].model == INVERSE_LINEAR else ''}{figure.follows}")
+                cells.append(f"∝ {'1/' if figure.inverse else ''}{figure.follows}")
             elif figure.model == POWER:
                 cells.append(f"n^{fitted[1]:.2f}")
-            elif figure.model == INVERSE_LINEAR:
-                cells.append(f"{1000 * fitted[1]:+.2f} ms/query per 1M")
             else:
                 cells.append(f"{fitted[1]:+.2f} {figure.unit} per 1M")
         if len(by_size) > 1:
@@ -510,7 +519,7 @@ def minilm_line(out: Path) -> str | None:
         return None
     rate = json.loads(path.read_text())
     hours = DPR_WIKIPEDIA / rate["passages_per_s"] / 3600
-    return (f"MiniLM ({rate.get('model', 'all-MiniLM-L6-v2')}, max {rate['max_seq_length']} tokens, "
+    return (f"MiniLM ({rate['model']}, max {rate['max_seq_length']} tokens, "
             f"{rate['threads']} threads): "
             f"{rate['passages_per_s']:.1f} passages/s on {rate['passages']} 100-word passages, so "
             f"{DPR_WIKIPEDIA:,} passages would take {hours:,.0f} h ({hours / 24:.1f} days) to encode here")
@@ -524,7 +533,8 @@ def report(out: Path, projected_sizes: list[int]) -> None:
     print(f"top {TOP_K}; latency from 1 and 16 concurrent clients; (quiet): the process named by --pause-pid was "
           "stopped while that row's engine built and served; projected: from the two largest measured sizes, "
           "time, memory and disk as a power law of the passages; 1-client latency as a line, its p99 in proportion; "
-          "16-client throughput as a line through its inverse, its latencies in inverse proportion\n")
+          "16-client throughput in inverse proportion to the 1-client median, its latencies in inverse proportion "
+          "to the throughput\n")
     print(table(results, projected_sizes))
     print("\nGrowth through the two largest measured sizes (the projections' models):\n")
     print(growth_table(results))
@@ -583,11 +593,10 @@ def main(argv: list[str] | None = None) -> int:
         (args.work / "queries.json").write_text(json.dumps([measured, warm_up]))
         pauser = Pauser(args.pause_pid, args.pause_budget)
         pauser.resume_on_exit()
-        references = {engine.reference for engine in ENGINES.values()}
-        engines = sorted(chosen, key=lambda name: name not in references)  # references first
         for size in sorted(int(size) for size in args.sizes.split(",")):
-            for name in engines:
+            for name in chosen:
                 measure(name, size, args, pauser)
+        record_agreements(args.work, args.out)
         if args.minilm_sample:
             corpus = args.work / "corpora" / f"corpus-{min(int(s) for s in args.sizes.split(','))}.jsonl"
             with pauser.phase("serve" in args.pause_during) as phase:

@@ -64,8 +64,19 @@ def test_the_growth_fits_go_through_the_two_largest_sizes():
     assert scale.growth([(100, 5.0)], 1000) is None
     value, per_million = scale.growth([(100, 2.0), (200, 3.0)], 400, scale.LINEAR)
     assert value == pytest.approx(5.0) and per_million == pytest.approx(10_000)
-    value, _ = scale.growth([(100, 1 / 2), (200, 1 / 3)], 400, scale.INVERSE_LINEAR)
-    assert value == pytest.approx(1 / 5)
+    value, _ = scale.growth([(100, 3.0), (200, 2.0)], 400, scale.LINEAR)
+    assert value == pytest.approx(2.0)  # a falling line is noise: flat
+
+
+def test_latencies_at_16_clients_follow_throughput_which_follows_the_1_client_median():
+    def result(p50_1, qps_16, p50_16):
+        return {"serve": {"clients_1": {"p50_ms": p50_1},
+                          "clients_16": {"queries_per_s": qps_16, "p50_ms": p50_16}}}
+
+    by_size = {100: result(1.0, 100.0, 160.0), 200: result(2.0, 50.0, 320.0)}
+    assert scale.fit(scale.FIGURES["p50_1"], by_size, 400)[0] == pytest.approx(4.0)
+    assert scale.fit(scale.FIGURES["qps_16"], by_size, 400)[0] == pytest.approx(25.0)
+    assert scale.fit(scale.FIGURES["p50_16"], by_size, 400)[0] == pytest.approx(640.0)
 
 
 def test_agreement_of_ids_searched_apart_is_the_mean_share_of_the_top_10():
@@ -76,6 +87,20 @@ def test_agreement_of_ids_searched_apart_is_the_mean_share_of_the_top_10():
     assert ids_agreement(mine, reference) == pytest.approx((0.7 + 1.0) / 2)
     with pytest.raises(ValueError, match="as many results"):
         ids_agreement(mine, reference[:1])
+
+
+def test_each_result_gets_its_agreement_with_its_reference_whichever_was_measured_first(tmp_path):
+    (tmp_path / "ids").mkdir()
+    (tmp_path / "ids" / "lucene-100.json").write_text(json.dumps([["a", "b", "c"], ["d"]]))
+    (tmp_path / "ids" / "bm25s-100.json").write_text(json.dumps([["a", "b", "x"], ["d"]]))
+    for name in ("lucene", "bm25s", "dense-ivfpq"):
+        (tmp_path / f"{name}-100.json").write_text(json.dumps({"engine": name, "size": 100}))
+    scale.record_agreements(tmp_path, tmp_path)
+    lucene = json.loads((tmp_path / "lucene-100.json").read_text())
+    assert lucene["agreement"] == {"with": "bm25s", "top_10": pytest.approx(3 / 20)}
+    # bm25s is the reference; dense-flat's ids are missing: no agreement for either.
+    assert "agreement" not in json.loads((tmp_path / "bm25s-100.json").read_text())
+    assert "agreement" not in json.loads((tmp_path / "dense-ivfpq-100.json").read_text())
 
 
 def becomes(pid: int, stopped: bool) -> bool:
