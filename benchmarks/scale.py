@@ -210,6 +210,9 @@ def minilm_child(corpus: Path, sample: int) -> dict:
             texts.append(passage.long_text)
             if len(texts) == sample:
                 break
+    if len(texts) < sample:
+        raise ValueError(f"{corpus} holds {len(texts)} synthetic passages, MiniLM is timed on {sample}: use a larger "
+                         "--sizes")
     encoder = SentenceEncoder()
     encoder.encode(texts[:encoder.batch_size])
     started = time.perf_counter()
@@ -367,6 +370,11 @@ def projected_build_peak(out: Path, name: str, size: int) -> float | None:
     return None
 
 
+def corpus_file(args, size: int) -> Path:
+    """The corpus of `size` passages under --work, written on first use."""
+    return scale_corpus.write_corpus(args.datasets, size, args.work / "corpora" / f"corpus-{size}.jsonl")
+
+
 def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
     engine = ENGINES[name]
     peak = projected_build_peak(args.out, name, size)
@@ -374,7 +382,7 @@ def measure(name: str, size: int, args, pauser: Pauser) -> dict | None:
         print(f"{name} at {size:,}: not built, its build would peak near {peak / 2**30:.1f} GB "
               f"(over --memory-limit-gb {args.memory_limit_gb:g}); projected instead", file=sys.stderr)
         return None
-    corpus = scale_corpus.write_corpus(args.datasets, size, args.work / "corpora" / f"corpus-{size}.jsonl")
+    corpus = corpus_file(args, size)
     index_dir = args.work / "indexes" / f"{name}-{size}"
     ids_file = args.work / "ids" / f"{name}-{size}.json"
     ids_file.parent.mkdir(parents=True, exist_ok=True)
@@ -589,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             sys.exit(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(ENGINES)}")
         args.out.mkdir(parents=True, exist_ok=True)
+        args.work.mkdir(parents=True, exist_ok=True)
         measured, warm_up = scale_corpus.queries(args.datasets, args.queries, WARM_UP_QUERIES)
         (args.work / "queries.json").write_text(json.dumps([measured, warm_up]))
         pauser = Pauser(args.pause_pid, args.pause_budget)
@@ -598,7 +607,8 @@ def main(argv: list[str] | None = None) -> int:
                 measure(name, size, args, pauser)
         record_agreements(args.work, args.out)
         if args.minilm_sample:
-            corpus = args.work / "corpora" / f"corpus-{min(int(s) for s in args.sizes.split(','))}.jsonl"
+            size = min(int(size) for size in args.sizes.split(","))
+            corpus = corpus_file(args, size)
             with pauser.phase("serve" in args.pause_during) as phase:
                 rate = in_child("minilm", corpus=corpus, sample=args.minilm_sample)
             rate.update(phase=phase, machine=machine(), commit=commit())
