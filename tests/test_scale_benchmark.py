@@ -3,6 +3,7 @@ figures rest on: deterministic corpora, the growth fit behind the projections, t
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -22,21 +23,26 @@ needs_datasets = pytest.mark.skipif(not (DATASETS / "hotpotqa").is_dir(), reason
 
 
 @needs_datasets
-def test_a_quick_run_measures_bm25s_and_projects_it(tmp_path):
-    command = [sys.executable, str(BENCHMARKS / "scale.py"), "--quick", "--engines", "bm25s",
+def test_a_quick_run_measures_the_bm25_engines_and_projects_them(tmp_path):
+    """bm25s always; Lucene, compared with it, where its extra is installed."""
+    engines = ["bm25s"] + (["lucene"] if importlib.util.find_spec("pyserini") else [])
+    command = [sys.executable, str(BENCHMARKS / "scale.py"), "--quick", "--engines", ",".join(engines),
                "--datasets", str(DATASETS), "--work", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     sizes = [int(size) for size in scale.QUICK_SIZES.split(",")]
-    for size in sizes:
-        result = json.loads((tmp_path / "results" / f"bm25s-{size}.json").read_text())
-        assert result["build"]["disk_bytes"] > 0 and result["build"]["build_memory"]["peak"] > 0
-        assert result["serve"]["clients_16"]["p99_ms"] >= result["serve"]["clients_16"]["p50_ms"] > 0
-        # Every query is the start of a passage in the corpus: BM25 finds nearly all of them.
-        assert result["serve"]["source_hit_at_10"] >= 0.9
-        assert len(json.loads((tmp_path / "ids" / f"bm25s-{size}.json").read_text())) == scale.QUICK_QUERIES
-    assert f"| bm25s | {sizes[-1]:,} | measured |" in done.stdout
-    assert f"| bm25s | {scale.DPR_WIKIPEDIA:,} | projected |" in done.stdout
+    for name in engines:
+        for size in sizes:
+            result = json.loads((tmp_path / "results" / f"{name}-{size}.json").read_text())
+            assert result["build"]["disk_bytes"] > 0 and result["build"]["build_memory"]["peak"] > 0
+            assert result["serve"]["clients_16"]["p99_ms"] >= result["serve"]["clients_16"]["p50_ms"] > 0
+            # Every query is the start of a passage in the corpus: BM25 finds nearly all of them.
+            assert result["serve"]["source_hit_at_10"] >= 0.9
+            assert len(json.loads((tmp_path / "ids" / f"{name}-{size}.json").read_text())) == scale.QUICK_QUERIES
+            if name == "lucene":
+                assert result["agreement"]["with"] == "bm25s" and result["agreement"]["top_10"] >= 0.7
+        assert f"| {name} | {sizes[-1]:,} | measured |" in done.stdout
+        assert f"| {name} | {scale.DPR_WIKIPEDIA:,} | projected |" in done.stdout
 
 
 @needs_datasets
