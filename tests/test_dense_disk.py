@@ -44,18 +44,6 @@ QUERIES = [" ".join(p.text.split()[:6]) for p in PASSAGES[::20]]
 IVFPQ_OPTIONS = {"exact_up_to": 0, "pq_bytes": 16, "chunk_size": 500}
 
 
-class CountingEncoder(HashingEncoder):
-    """Counts the texts it encodes."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.encoded = 0
-
-    def encode(self, texts):
-        self.encoded += len(texts)
-        return super().encode(texts)
-
-
 @pytest.fixture(scope="module")
 def encoder():
     return HashingEncoder(DIM)
@@ -171,7 +159,7 @@ def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, en
     assert child.returncode == -signal.SIGKILL and not out_dir.exists()
     saved = len(list(partial.glob("chunk-*.npy")))
     assert 3 <= saved < 15
-    counting = CountingEncoder(DIM)
+    counting = HashingEncoder(DIM)
     build_index(corpus, out_dir, kind="dense", encoder=counting, **options)
     assert counting.encoded == len(passages) - 100 * saved  # saved chunks were kept, not embedded again
     assert not partial.exists()
