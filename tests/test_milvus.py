@@ -28,18 +28,6 @@ PASSAGES = [
 QUERIES = ["bees and honey", "rain over rivers", "snow number10", "sun"]
 
 
-class CountingEncoder(HashingEncoder):
-    """Counts the texts it encodes."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.encoded = 0
-
-    def encode(self, texts):
-        self.encoded += len(texts)
-        return super().encode(texts)
-
-
 @pytest.fixture(scope="module")
 def encoder():
     return HashingEncoder(DIM)
@@ -80,9 +68,9 @@ def test_batches_blank_queries_and_k(retriever):
 
 def test_a_rerun_inserts_only_the_missing_passages(tmp_path):
     target = f"{tmp_path / 'resume.db'}#part"
-    first = CountingEncoder(DIM)
+    first = HashingEncoder(DIM)
     MilvusRetriever.write_index(PASSAGES[:70], target, encoder=first, chunk_size=25)
-    rerun = CountingEncoder(DIM)
+    rerun = HashingEncoder(DIM)
     resumed = MilvusRetriever.build(PASSAGES, target, encoder=rerun, chunk_size=25)
     assert (first.encoded, rerun.encoded) == (70, 50 + 1)  # the rerun: 50 missing passages and one dimension check
     assert len(resumed) == len(PASSAGES)
