@@ -101,8 +101,13 @@ ENGINES: dict[str, Engine] = {
     "bm25s": Engine("bm25", "bm25s (numba backend), k1 1.5, b 0.75, score arrays memory-mapped, passages in memory"),
     "lucene": Engine("lucene", "Lucene (Anserini in Pyserini 1.6, Java 21), k1 1.5, b 0.75, 2 indexing threads",
                      reference="bm25s"),
-    "dense-ivfpq": Engine("dense", "faiss IVF-PQ memory-mapped, passages on disk; hashed-word vectors, 384 dims",
+    "dense-ivfpq": Engine("dense", "faiss IVF-PQ memory-mapped, top 10 x k re-ranked exactly from memory-mapped "
+                          "vectors (the default), passages on disk; hashed-word vectors, 384 dims",
                           build_options=hashing_encoder, load_options=hashing_encoder, reference="dense-flat"),
+    "dense-ivfpq-pq": Engine("dense", "faiss IVF-PQ memory-mapped, ranked by its compressed codes alone (rerank 0), "
+                             "passages on disk; hashed-word vectors, 384 dims",
+                             build_options=lambda: {**hashing_encoder(), "rerank": 0}, load_options=hashing_encoder,
+                             reference="dense-flat"),
     "dense-flat": Engine("dense", "faiss flat (exact) memory-mapped, passages on disk; hashed-word vectors, 384 dims",
                          build_options=lambda: {**hashing_encoder(), "exact_up_to": EXACT_UP_TO},
                          load_options=hashing_encoder),
