@@ -1,7 +1,7 @@
 """Retrieval engines at 100k, 1M and 5M passages: build time, size on disk, memory, query latency at 1 and
 16 concurrent clients, top-10 agreement; then each figure projected to DPR Wikipedia's 21M passages.
 
-    python benchmarks/scale.py [--sizes 100000,1000000] [--engines bm25s,lucene,dense-ivfpq,dense-flat]
+    python benchmarks/scale.py [--sizes 100000,1000000] [--engines bm25s,lucene,dense-ivfpq,dense-ivfpq-pq,dense-flat]
                                [--queries 200] [--work DIR] [--out DIR] [--pause-pid PID] [--quick]
     python benchmarks/scale.py --table-only [--out DIR]
 
