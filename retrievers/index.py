@@ -33,8 +33,8 @@ in place of the folder."""
 
 SPEC_FORMS = (
     "bm25:DIR, or DIR (a folder holding any arag index), colbert:DIR, dense:DIR, "
-    "milvus:URI#COLLECTION (URI: a Milvus Lite file ./NAME.db or http://HOST:19530), "
     "lucene:DIR (an arag Lucene index or a prebuilt Pyserini one), "
+    "milvus:URI#COLLECTION (URI: a Milvus Lite file ./NAME.db or http://HOST:19530), "
     "or http(s)://HOST:PORT/PATH (a ColBERTv2 search server)"
 )
 
