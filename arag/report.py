@@ -45,6 +45,12 @@ class ReportFile:
 
 def report(runs: Sequence[str | Path], out: str | Path) -> ReportFile:
     """Write the HTML report of `runs` (run folders) to `out`; a ConfigError or DataError names bad input."""
+    check_out(out)
+    return write_report(load_runs(runs), out)
+
+
+def check_out(out: str | Path) -> None:
+    """A ConfigError unless `out` names a file the report can be written to, with the libraries it needs."""
     out = Path(out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give the HTML file to write, e.g. {out / 'report.html'}")
@@ -55,11 +61,15 @@ def report(runs: Sequence[str | Path], out: str | Path) -> ReportFile:
         import plotly  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"the report needs jinja2 and plotly ({exc}): pip install 'arag[report]'") from None
-    loaded = load_runs(runs)
-    data = report_data(loaded)
+
+
+def write_report(runs: Sequence[Run], out: str | Path) -> ReportFile:
+    """Write the HTML report of runs already loaded (`check_out` first) to `out`."""
+    out = Path(out)
+    data = report_data(runs)
     out.write_text(render_html(data), encoding="utf-8")
     coverage = data["coverage"]
-    return ReportFile(out, len(loaded), coverage["questions"], coverage["in_every_run"], coverage["per_run"])
+    return ReportFile(out, len(runs), coverage["questions"], coverage["in_every_run"], coverage["per_run"])
 
 
 def comparison(runs: Sequence[Run]) -> list[dict[str, Any]]:

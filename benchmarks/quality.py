@@ -1,7 +1,7 @@
 """The quality table: programs × datasets on one model and retriever, resumable, with intervals and costs.
 
     python benchmarks/quality.py [--model qwen2.5-coder-1.5b] [--n 20] [--programs single-rag,flare,...]
-                                 [--datasets hotpotqa,popqa] [--table]
+                                 [--datasets hotpotqa,popqa] [--table | --report FOLDER]
 
 Every program runs with its defaults over the first --n questions of each dataset (a fixed order, so every
 program sees the same questions): HotpotQA (../shared/datasets/hotpotqa, BM25 over its distractor corpus) and
@@ -43,7 +43,8 @@ import dspy  # noqa: E402
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
-from arag.runs import PREDICTIONS, last_rows  # noqa: E402
+from arag.report import check_out, write_report  # noqa: E402
+from arag.runs import PREDICTIONS, Run, last_rows, summarize  # noqa: E402
 from arag.runs.table import markdown, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
@@ -87,6 +88,12 @@ def compact(row: dict, commit: str) -> dict:
 def read_results(path: Path) -> dict[str, dict]:
     """A cell's compact rows by id (written whole, atomically: no half line to guard against)."""
     return {row["id"]: row for row in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
+
+
+def as_run_row(row: dict) -> dict:
+    """A compact row as the readers of runs (`arag table`, `arag report`) take it: a failed question carries
+    `error`, here its kind (the message stays in the run folder)."""
+    return {**row, "error": row["error_kind"]} if "error_kind" in row else row
 
 
 def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
@@ -148,12 +155,28 @@ def print_table(results: Path, programs: list[str], names: list[str], n: int, sh
         runs = []
         for program in programs:
             kept = read_results(results / dataset / f"{program}.jsonl")
-            rows = [kept[i] for i in ids if i in kept]
+            rows = [as_run_row(kept[i]) for i in ids if i in kept]
             if rows:
                 runs.append((program, rows))
         baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
         print(f"\n{dataset}: the {'last' if last else 'first'} {n} questions\n")
         print(markdown(table_rows(runs, METRICS, baseline), METRICS, baseline))
+
+
+def result_runs(results: Path, programs: list[str], dataset: str, examples: list[dspy.Example],
+                label: str) -> list[Run]:
+    """Each cell's compact results as a run for `arag report`: the question and gold answers read back from the
+    dataset, no trace (the traces stay in the run folders, for `arag report runs/quality/MODEL/DATASET/*`)."""
+    runs = []
+    for program in programs:
+        kept = read_results(results / dataset / f"{program}.jsonl")
+        rows = [{**as_run_row(kept[e.id]), "question": e.question, "answers": list(e.answers), "trace": []}
+                for e in examples if e.id in kept]
+        if rows:
+            info = {"program": program, "dataset": dataset, "lm": label}
+            summary = summarize(rows, n_total=len(examples), wall_time=0.0, run_info=info)
+            runs.append(Run(results / dataset / f"{program}.jsonl", program, info, rows, summary))
+    return runs
 
 
 def main() -> int:
@@ -178,6 +201,9 @@ def main() -> int:
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
     parser.add_argument("--table", action="store_true", help="only print the table of what the results hold")
+    parser.add_argument("--report", type=Path, metavar="FOLDER",
+                        help="only write FOLDER/DATASET.html from the results: `arag report`'s page of quality "
+                             "against cost, one per dataset")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -200,8 +226,18 @@ def main() -> int:
         for dataset in names:
             for cell in [*programs, *compiled]:
                 sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
+    if args.report:
+        for dataset in names:
+            check_out(args.report / f"{dataset}.html")
+        for dataset, (questions, _, with_passages) in datasets(args.shared).items():
+            if dataset in names:
+                examples = load_questions(questions, with_passages, args.n, args.last)
+                written = write_report(result_runs(results, [*programs, *compiled], dataset, examples, label),
+                                       args.report / f"{dataset}.html")
+                print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.table or args.sync:
         print_table(results, [*programs, *compiled], names, args.n, args.shared, args.last)
+    if args.table or args.sync or args.report:
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
           else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_report import embedded_data
 
 from arag.testing import OpenAICompatibleServer, Scripted
 
@@ -25,12 +26,28 @@ def slow_answer(call):
             for field in call.output_fields}
 
 
+def failing_on_kiss_and_tell(call):
+    """Answers as slow_answer does, but nothing a parser can read for one question."""
+    if "Kiss and Tell" in call.inputs.get("question", ""):
+        return "I cannot say."  # no field markers, no JSON
+    return slow_answer(call)
+
+
 def matrix(server, folder: Path, *extra: str) -> subprocess.Popen:
     command = [sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--lm", "openai/loopback-matrix",
                "--api-base", server.url, "--n", "6", "--programs", "no-retrieval,single-rag", "--datasets", "hotpotqa",
                "--runs", str(folder / "runs"), "--results", str(folder / "results"), *extra]
     env = {**os.environ, "ARAG_HOME": str(folder / "home")}
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def from_results(folder: Path, *options: str, programs: str = "no-retrieval,single-rag") -> str:
+    """What the matrix prints from its results alone (--table, --report), with no LM."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), *options, "--lm", "openai/x",
+                           "--n", "6", "--programs", programs, "--datasets", "hotpotqa",
+                           "--results", str(folder / "results")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def finish(process: subprocess.Popen) -> str:
@@ -81,15 +98,20 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     with OpenAICompatibleServer(slow_answer) as server:
         finish(matrix(server, tmp_path))
-    table = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--table", "--lm", "openai/x",
-                            "--n", "6", "--programs", "no-retrieval,single-rag", "--datasets", "hotpotqa",
-                            "--results", str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT)
-    assert table.returncode == 0, table.stderr
-    lines = [line for line in table.stdout.splitlines() if line.startswith("| ")]
+    table = from_results(tmp_path, "--table")
+    lines = [line for line in table.splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[0] for line in lines] == ["| run", "| no-retrieval", "| single-rag"]
     for path in (tmp_path / "results").rglob("*.jsonl"):
         row = json.loads(path.read_text().splitlines()[0])
         assert "question" not in row and "trace" not in row and {"id", "metrics", "lm_calls"} <= row.keys()
+
+    pytest.importorskip("plotly")
+    (tmp_path / "report").mkdir()
+    from_results(tmp_path, "--report", str(tmp_path / "report"), programs="no-retrieval,single-rag,ircot")
+    data = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())
+    assert [run["program"] for run in data["runs"]] == ["no-retrieval", "single-rag"]  # ircot has no results
+    assert [run["n"] for run in data["runs"]] == [6, 6] and data["runs"][1]["retrieval_calls"] == 1.0
+    assert len(data["questions"]) == 6 and all(q["question"].endswith("?") and q["answers"] for q in data["questions"])
 
 
 @pytest.mark.parametrize("bad, message", [(["--programs", "nope"], "unknown program or dataset: nope"),
@@ -99,3 +121,17 @@ def test_unknown_names_stop_before_any_work(tmp_path, bad, message):
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and message in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_question_counts_as_failed_in_the_table_and_the_report(shared_dataset, tmp_path):
+    pytest.importorskip("plotly")
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(failing_on_kiss_and_tell) as server:
+        finish(matrix(server, tmp_path))
+    kept = (tmp_path / "results" / "hotpotqa" / "single-rag.jsonl").read_text().splitlines()
+    assert sum("error_kind" in json.loads(row) for row in kept) == 1 and not any('"error"' in row for row in kept)
+    (tmp_path / "report").mkdir()
+    table = from_results(tmp_path, "--table", "--report", str(tmp_path / "report"))
+    runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
+    assert [run["n_failed"] for run in runs] == [1, 1]
+    assert "| no-retrieval | 6 | 1 |" in table and "| single-rag | 6 | 1 |" in table
