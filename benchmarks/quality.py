@@ -45,13 +45,14 @@ from arag.data._io import atomic_writer  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import PREDICTIONS, Run, last_rows, summarize  # noqa: E402
-from arag.runs.table import markdown, table_rows  # noqa: E402
+from arag.runs.table import table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
+DATASET_NAMES = {"hotpotqa": "HotpotQA", "popqa": "PopQA"}
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
          "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
@@ -149,6 +150,13 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
 
 
 def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path, last: bool) -> None:
+    """One Markdown table of every dataset's cells: scores, each one's difference from single-rag on the same
+    questions with its 95 % interval, and costs per question (prompt tokens with, in brackets, those llama.cpp
+    reused from the call before)."""
+    print(f"The {'last' if last else 'first'} {n} questions of each dataset\n")
+    print("| dataset | program | n | failed | EM | F1 | F1 − single-rag [95 %] | match | match − single-rag [95 %] "
+          "| LM calls/q | prompt tok/q (reused) | retrievals/q |")
+    print("|---" * 12 + "|")
     for dataset in names:
         questions, _, with_passages = datasets(shared)[dataset]
         ids = [e.id for e in load_questions(questions, with_passages, n, last)]
@@ -159,8 +167,13 @@ def print_table(results: Path, programs: list[str], names: list[str], n: int, sh
             if rows:
                 runs.append((program, rows))
         baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
-        print(f"\n{dataset}: the {'last' if last else 'first'} {n} questions\n")
-        print(markdown(table_rows(runs, METRICS, baseline), METRICS, baseline))
+        for row in table_rows(runs, METRICS, baseline):
+            differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
+            f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
+            reused = f" ({row['reused_prompt_tokens']:,.0f})" if row["reused_prompt_tokens"] is not None else ""
+            print(f"| {DATASET_NAMES[dataset]} | {row['run']} | {row['n']} | {row['failed']} | {row['em']:.3f} "
+                  f"| {row['f1']:.3f} | {f1_change} | {row['match']:.3f} | {match_change} | {row['lm_calls']:.1f} "
+                  f"| {row['prompt_tokens']:,.0f}{reused} | {row['retrieval_calls']:.1f} |")
 
 
 def result_runs(results: Path, programs: list[str], dataset: str, examples: list[dspy.Example],

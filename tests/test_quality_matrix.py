@@ -91,7 +91,7 @@ def test_a_killed_matrix_resumes_without_repeating_a_question(shared_dataset, tm
     assert resumed_calls <= 6 - answered_before + 1  # at most the question in flight is asked again
     assert calls_before - uninterrupted_calls + resumed_calls <= uninterrupted_calls + 1
     assert results(tmp_path / "killed") == results(tmp_path / "whole")
-    assert "| single-rag | 6 | 0 |" in table and "em vs single-rag" in table
+    assert "| HotpotQA | single-rag | 6 | 0 |" in table and "| F1 − single-rag [95 %] |" in table
 
 
 def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
@@ -100,7 +100,7 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
         finish(matrix(server, tmp_path))
     table = from_results(tmp_path, "--table")
     lines = [line for line in table.splitlines() if line.startswith("| ")]
-    assert [line.split(" | ")[0] for line in lines] == ["| run", "| no-retrieval", "| single-rag"]
+    assert [line.split(" | ")[1] for line in lines] == ["program", "no-retrieval", "single-rag"]
     for path in (tmp_path / "results").rglob("*.jsonl"):
         row = json.loads(path.read_text().splitlines()[0])
         assert "question" not in row and "trace" not in row and {"id", "metrics", "lm_calls"} <= row.keys()
@@ -134,4 +134,4 @@ def test_a_failed_question_counts_as_failed_in_the_table_and_the_report(shared_d
     table = from_results(tmp_path, "--table", "--report", str(tmp_path / "report"))
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["n_failed"] for run in runs] == [1, 1]
-    assert "| no-retrieval | 6 | 1 |" in table and "| single-rag | 6 | 1 |" in table
+    assert "| no-retrieval | 6 | 1 |" in table and "| HotpotQA | single-rag | 6 | 1 |" in table
