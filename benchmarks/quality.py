@@ -16,7 +16,8 @@ which lives in the repository: stopped at any moment (SIGKILL included), the mat
 on this machine or another that has the results, without answering a question twice. --table prints, per
 dataset, each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on the
 same questions, and its costs per question. --compiled FILE adds a row for a program compiled with a DSPy
-teleprompter (`arag compile`, e.g. BootstrapFewShot on other questions than the table's).
+teleprompter (`arag compile`, e.g. BootstrapFewShot on other questions than the table's), --tuned FILE one for a
+program's parameters tuned on other questions (`benchmarks/tuning_local.py --skip 20`).
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
 no-retrieval, single-rag and ircot on the last questions of each dataset (`--last --n 30 --runs runs/router/MODEL
@@ -33,6 +34,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -122,18 +124,48 @@ def current_commit() -> str:
         return "unknown"
 
 
-def run_cell(cell: str, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
-             runs: Path, results: Path, params: dict, compiled: Path | None = None) -> dict[str, dict]:
-    """One program on one dataset; ``cell`` names it (the program, or PROGRAM-compiled for a compiled file)."""
-    run_dir, cell_results = runs / dataset / cell, results / dataset / f"{cell}.jsonl"
+@dataclass(frozen=True)
+class Cell:
+    """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
+
+    name: str  # the program's name, PROGRAM-compiled or PROGRAM-tuned
+    program: str
+    params: dict = field(default_factory=dict)
+    compiled: Path | None = None
+
+    def build(self, retriever) -> arag.RAGProgram:
+        if self.compiled:
+            return load_program(self.compiled, retriever)
+        return arag.build_program(self.program, retriever, **self.params)
+
+
+def compiled_cell(path: Path) -> Cell:
+    """The cell of a compiled program's file (`arag compile --out`)."""
+    program = read_compiled(path).program
+    return Cell(f"{program}-compiled", program, compiled=path)
+
+
+def tuned_cell(path: Path) -> Cell:
+    """The cell of a tuning run's parameter file (best_params.json, which names its program)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--tuned {path}: cannot read it ({exc})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("program"), str) and isinstance(data.get("params"), dict)):
+        raise SystemExit(f"--tuned {path}: not a tuning run's parameter file (no 'program' and 'params')")
+    return Cell(f"{data['program']}-tuned", data["program"], data["params"])
+
+
+def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
+             runs: Path, results: Path) -> dict[str, dict]:
+    """One cell on one dataset: the questions its results lack (or failed) answered, its results returned."""
+    run_dir, cell_results = runs / dataset / cell.name, results / dataset / f"{cell.name}.jsonl"
     commit = current_commit()
     kept = sync(run_dir, cell_results, commit)
     todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
     if todo:
-        retriever = arag.open_retriever(corpus=str(corpus))
-        program = (load_program(compiled, retriever) if compiled
-                   else arag.build_program(cell, retriever, **params))
-        run_info = {"program": program.name, "compiled": str(compiled) if compiled else None,
+        program = cell.build(arag.open_retriever(corpus=str(corpus)))
+        run_info = {"program": program.name, "compiled": str(cell.compiled) if cell.compiled else None,
                     "params": program.config, "dataset": dataset, "lm": lm.model}
         with isolated_cache(), dspy.context(lm=lm):
             arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info, progress=False,
@@ -210,6 +242,10 @@ def main() -> int:
     parser.add_argument("--compiled", action="append", default=[], type=Path, metavar="FILE",
                         help="a compiled program (`arag compile --out FILE`), run as a row of its own named "
                              "PROGRAM-compiled after the others (repeatable)")
+    parser.add_argument("--tuned", action="append", default=[], type=Path, metavar="FILE",
+                        help="a tuning run's parameter file (best_params.json of `arag tune` or "
+                             "benchmarks/tuning_local.py), run as a row of its own named PROGRAM-tuned after the "
+                             "others (repeatable)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared datasets folder")
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
@@ -234,10 +270,13 @@ def main() -> int:
         target, _, value = assignment.partition("=")
         program, _, name = target.partition(".")
         params.setdefault(program, {})[name] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
-    compiled = {f"{read_compiled(path).program}-compiled": path for path in args.compiled}
+    cells = [Cell(name, name, params.get(name, {})) for name in programs]
+    cells += [compiled_cell(path) for path in args.compiled]
+    cells += [tuned_cell(path) for path in args.tuned]
+    cell_names = [cell.name for cell in cells]
     if args.sync:
         for dataset in names:
-            for cell in [*programs, *compiled]:
+            for cell in cell_names:
                 sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
     if args.report:
         for dataset in names:
@@ -245,29 +284,25 @@ def main() -> int:
         for dataset, (questions, _, with_passages) in datasets(args.shared).items():
             if dataset in names:
                 examples = load_questions(questions, with_passages, args.n, args.last)
-                written = write_report(result_runs(results, [*programs, *compiled], dataset, examples, label),
+                written = write_report(result_runs(results, cell_names, dataset, examples, label),
                                        args.report / f"{dataset}.html")
                 print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.table or args.sync:
-        print_table(results, [*programs, *compiled], names, args.n, args.shared, args.last)
+        print_table(results, cell_names, names, args.n, args.shared, args.last)
     if args.table or args.sync or args.report:
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
           else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))
     loaded = {name: (load_questions(q, keep, args.n, args.last), corpus)
               for name, (q, corpus, keep) in datasets(args.shared).items() if name in names}
-    for program in programs:
-        if program == "adaptive-rag" and "classifier" not in params.get(program, {}):
+    for cell in cells:
+        if cell.program == "adaptive-rag" and not cell.compiled and "classifier" not in cell.params:
             print("adaptive-rag: skipped (give --param adaptive-rag.classifier=ROUTER.json, a router trained on "
                   "this model's runs over other questions)", flush=True)
             continue
         for dataset, (examples, corpus) in loaded.items():
-            report_cell(program, dataset, examples,
-                        run_cell(program, dataset, examples, corpus, lm, runs, results, params.get(program, {})))
-    for cell, path in compiled.items():
-        for dataset, (examples, corpus) in loaded.items():
-            report_cell(cell, dataset, examples, run_cell(cell, dataset, examples, corpus, lm, runs, results, {}, path))
-    print_table(results, [*programs, *compiled], names, args.n, args.shared, args.last)
+            report_cell(cell.name, dataset, examples, run_cell(cell, dataset, examples, corpus, lm, runs, results))
+    print_table(results, cell_names, names, args.n, args.shared, args.last)
     return 0
 
 

@@ -135,3 +135,26 @@ def test_a_failed_question_counts_as_failed_in_the_table_and_the_report(shared_d
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["n_failed"] for run in runs] == [1, 1]
     assert "| no-retrieval | 6 | 1 |" in table and "| HotpotQA | single-rag | 6 | 1 |" in table
+
+
+def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    tuned = tmp_path / "best_params.json"
+    tuned.write_text(json.dumps({"program": "single-rag", "params": {"k": 2}, "values": {"f1": 0.5}, "trial": 3}))
+    with OpenAICompatibleServer(slow_answer) as server:
+        table = finish(matrix(server, tmp_path, "--tuned", str(tuned)))
+    rows = [json.loads(line) for line in (tmp_path / "results" / "hotpotqa" / "single-rag-tuned.jsonl").read_text()
+            .splitlines()]
+    assert len(rows) == 6 and {row["distinct_passages"] for row in rows} == {2}
+    assert "| HotpotQA | single-rag-tuned | 6 | 0 |" in table and "| HotpotQA | single-rag | 6 | 0 |" in table
+    info = json.loads((tmp_path / "runs" / "hotpotqa" / "single-rag-tuned" / "run.json").read_text())
+    assert info["program"] == "single-rag" and info["params"]["k"] == 2
+
+
+def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path):
+    bad = tmp_path / "params.json"
+    bad.write_text(json.dumps({"k": 2}))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--tuned", str(bad),
+                           "--results", str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and f"--tuned {bad}: not a tuning run's parameter file" in done.stderr
+    assert not (tmp_path / "results").exists()
