@@ -13,11 +13,12 @@ Self-RAG and CRAG papers report).
 Each cell is an `arag eval` run folder under --runs (traces included, for `arag report`), and its compact rows
 (id, answer, scores, costs, step counts and the commit: no question or passage text) are kept under --results,
 which lives in the repository: stopped at any moment (SIGKILL included), the matrix continues where it stopped,
-on this machine or another that has the results, without answering a question twice. --table prints, per
-dataset, each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on the
-same questions, and its costs per question. --compiled FILE adds a row for a program compiled with a DSPy
-teleprompter (`arag compile`, e.g. BootstrapFewShot on other questions than the table's), --tuned FILE one for a
-program's parameters tuned on other questions (`benchmarks/tuning_local.py --skip 20`).
+on this machine or another that has the results, without answering a question twice. --table prints one table of
+both datasets: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
+the same questions, and its costs per question; --report FOLDER draws the same results as `arag report`'s page.
+--compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile`, e.g. BootstrapFewShot
+on other questions than the table's), --tuned FILE one for a program's parameters tuned on other questions
+(`benchmarks/tuning_local.py --skip 20`).
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
 no-retrieval, single-rag and ircot on the last questions of each dataset (`--last --n 30 --runs runs/router/MODEL
@@ -208,19 +209,21 @@ def print_table(results: Path, programs: list[str], names: list[str], n: int, sh
                   f"| {row['prompt_tokens']:,.0f}{reused} | {row['retrieval_calls']:.1f} |")
 
 
-def result_runs(results: Path, programs: list[str], dataset: str, examples: list[dspy.Example],
+def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[dspy.Example],
                 label: str) -> list[Run]:
     """Each cell's compact results as a run for `arag report`: the question and gold answers read back from the
     dataset, no trace (the traces stay in the run folders, for `arag report runs/quality/MODEL/DATASET/*`)."""
     runs = []
-    for program in programs:
-        kept = read_results(results / dataset / f"{program}.jsonl")
+    for cell in cells:
+        path = results / dataset / f"{cell.name}.jsonl"
+        kept = read_results(path)
         rows = [{**as_run_row(kept[e.id]), "question": e.question, "answers": list(e.answers), "trace": []}
                 for e in examples if e.id in kept]
         if rows:
-            info = {"program": program, "dataset": dataset, "lm": label}
+            info = {"program": cell.program, "params": cell.params, "dataset": dataset, "lm": label,
+                    "compiled": str(cell.compiled) if cell.compiled else None}
             summary = summarize(rows, n_total=len(examples), wall_time=0.0, run_info=info)
-            runs.append(Run(results / dataset / f"{program}.jsonl", program, info, rows, summary))
+            runs.append(Run(path, cell.name, info, rows, summary))
     return runs
 
 
@@ -284,7 +287,7 @@ def main() -> int:
         for dataset, (questions, _, with_passages) in datasets(args.shared).items():
             if dataset in names:
                 examples = load_questions(questions, with_passages, args.n, args.last)
-                written = write_report(result_runs(results, cell_names, dataset, examples, label),
+                written = write_report(result_runs(results, cells, dataset, examples, label),
                                        args.report / f"{dataset}.html")
                 print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.table or args.sync:
