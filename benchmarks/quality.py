@@ -22,8 +22,8 @@ on other questions than the table's), --tuned FILE one for a program's parameter
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
 no-retrieval, single-rag and ircot on the last questions of each dataset (`--last --n 30 --runs runs/router/MODEL
---results benchmarks/results/router/MODEL`), then `arag train-router runs/router/MODEL/*/* --out router.json` and
-`--param adaptive-rag.classifier=router.json` here.
+--results benchmarks/results/router/MODEL`), then `--train-router router.json` with the same --last, --n and
+--results (or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ import dspy  # noqa: E402
 
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
+from arag.optimizers.router_training import label_runs, train_router  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
+from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import PREDICTIONS, Run, last_rows, summarize  # noqa: E402
 from arag.runs.table import table_rows  # noqa: E402
@@ -182,17 +184,16 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
-def print_table(results: Path, programs: list[str], names: list[str], n: int, shared: Path, last: bool) -> None:
-    """One Markdown table of every dataset's cells: scores, each one's difference from single-rag on the same
-    questions with its 95 % interval, and costs per question (prompt tokens with, in brackets, those llama.cpp
-    reused from the call before)."""
-    print(f"The {'last' if last else 'first'} {n} questions of each dataset\n")
+def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str) -> None:
+    """One Markdown table of every dataset's cells over its `selected` questions: scores, each one's difference
+    from single-rag on the same questions with its 95 % interval, and costs per question (prompt tokens with, in
+    brackets, those llama.cpp reused from the call before)."""
+    print(f"The {which} questions of each dataset\n")
     print("| dataset | program | n | failed | EM | F1 | F1 − single-rag [95 %] | match | match − single-rag [95 %] "
           "| LM calls/q | prompt tok/q (reused) | retrievals/q |")
     print("|---" * 12 + "|")
-    for dataset in names:
-        questions, _, with_passages = datasets(shared)[dataset]
-        ids = [e.id for e in load_questions(questions, with_passages, n, last)]
+    for dataset, examples in selected.items():
+        ids = [e.id for e in examples]
         runs = []
         for program in programs:
             kept = read_results(results / dataset / f"{program}.jsonl")
@@ -256,6 +257,9 @@ def main() -> int:
     parser.add_argument("--report", type=Path, metavar="FOLDER",
                         help="only write FOLDER/DATASET.html from the results: `arag report`'s page of quality "
                              "against cost, one per dataset")
+    parser.add_argument("--train-router", type=Path, metavar="FILE",
+                        help="only train adaptive-rag's router on the results of no-retrieval, single-rag and ircot "
+                             "(the router's own: with --last and their --results) and write it to FILE")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -281,31 +285,38 @@ def main() -> int:
         for dataset in names:
             for cell in cell_names:
                 sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
+    sets = datasets(args.shared)
+    selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.last) for name in names}
+    which = f"{'last' if args.last else 'first'} {args.n}"
     if args.report:
         for dataset in names:
             check_out(args.report / f"{dataset}.html")
-        for dataset, (questions, _, with_passages) in datasets(args.shared).items():
-            if dataset in names:
-                examples = load_questions(questions, with_passages, args.n, args.last)
-                written = write_report(result_runs(results, cells, dataset, examples, label),
-                                       args.report / f"{dataset}.html")
-                print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
+        for dataset, examples in selected.items():
+            out = args.report / f"{dataset}.html"
+            written = write_report(result_runs(results, cells, dataset, examples, label), out)
+            print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
+    if args.train_router:
+        strategies = [Cell(name, name) for name in STRATEGIES.values()]
+        strategy_runs = [run for dataset, examples in selected.items()
+                         for run in result_runs(results, strategies, dataset, examples, label)]
+        for line in train_router(label_runs(strategy_runs), args.train_router).lines():
+            print(line)
+        print(f"wrote {args.train_router}")
     if args.table or args.sync:
-        print_table(results, cell_names, names, args.n, args.shared, args.last)
-    if args.table or args.sync or args.report:
+        print_table(results, cell_names, selected, which)
+    if args.table or args.sync or args.report or args.train_router:
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
           else arag.build_lm(f"local:{args.model}", logprobs=True, top_logprobs=5, threads=args.threads))
-    loaded = {name: (load_questions(q, keep, args.n, args.last), corpus)
-              for name, (q, corpus, keep) in datasets(args.shared).items() if name in names}
     for cell in cells:
         if cell.program == "adaptive-rag" and not cell.compiled and "classifier" not in cell.params:
             print("adaptive-rag: skipped (give --param adaptive-rag.classifier=ROUTER.json, a router trained on "
                   "this model's runs over other questions)", flush=True)
             continue
-        for dataset, (examples, corpus) in loaded.items():
-            report_cell(cell.name, dataset, examples, run_cell(cell, dataset, examples, corpus, lm, runs, results))
-    print_table(results, cell_names, names, args.n, args.shared, args.last)
+        for dataset, examples in selected.items():
+            kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
+            report_cell(cell.name, dataset, examples, kept)
+    print_table(results, cell_names, selected, which)
     return 0
 
 

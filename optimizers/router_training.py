@@ -114,35 +114,35 @@ def dataset_hops(name: str, given: Mapping[str, str]) -> str:
     raise ConfigError(f"dataset {name!r}: is it single- or multi-hop? say so with --hops {name}=single|multi")
 
 
-def label_runs(folders: Sequence[str | Path], metric: str = "em", hops: Mapping[str, str] | None = None,
+def label_runs(runs: Sequence[str | Path | Run], metric: str = "em", hops: Mapping[str, str] | None = None,
                correct_at: float = 1.0) -> list[LabelledQuestion]:
     """The questions that every strategy's run of their dataset holds, each with its silver label (a strategy
-    answered correctly when its `metric` is at least `correct_at`)."""
+    answered correctly when its `metric` is at least `correct_at`). `runs`: run folders, or runs already loaded."""
     by_dataset: dict[str, dict[str, Run]] = {}
     strategy_label = {program: label for label, program in STRATEGIES.items()}
-    for folder in folders:
-        run = load_run(folder)
-        program, dataset = run.info.get("program"), run.info.get("dataset")
+    for given in runs:
+        run = given if isinstance(given, Run) else load_run(given)
+        folder, program, dataset = run.path, run.info.get("program"), run.info.get("dataset")
         if program not in strategy_label:
             raise ConfigError(f"{folder}: a run of {program!r}; the router learns from runs of "
                               f"{', '.join(STRATEGIES.values())}")
         if not dataset:
             raise ConfigError(f"{folder}: its run.json names no dataset")
-        runs = by_dataset.setdefault(dataset, {})
-        if strategy_label[program] in runs:
+        strategies = by_dataset.setdefault(dataset, {})
+        if strategy_label[program] in strategies:
             raise ConfigError(f"{folder}: a second {program} run of {dataset}")
-        runs[strategy_label[program]] = run
+        strategies[strategy_label[program]] = run
     labelled = []
-    for dataset, runs in by_dataset.items():
-        missing = [STRATEGIES[label] for label in STRATEGIES if label not in runs]
+    for dataset, strategies in by_dataset.items():
+        missing = [STRATEGIES[label] for label in STRATEGIES if label not in strategies]
         if missing:
             raise ConfigError(f"{dataset}: no run of {', '.join(missing)}; each dataset needs a run of every strategy")
         name = dataset_name(dataset)
         nature = dataset_hops(name, hops or {})
-        rows = {label: {row["id"]: row for row in run.rows} for label, run in runs.items()}
-        shared = [row for row in runs["A"].rows if all(row["id"] in rows[label] for label in STRATEGIES)]
+        rows = {label: {row["id"]: row for row in run.rows} for label, run in strategies.items()}
+        shared = [row for row in strategies["A"].rows if all(row["id"] in rows[label] for label in STRATEGIES)]
         for row in shared:
-            scores = {label: _score(rows[label][row["id"]], metric, runs[label].path) for label in STRATEGIES}
+            scores = {label: _score(rows[label][row["id"]], metric, strategies[label].path) for label in STRATEGIES}
             answered = [label for label in sorted(STRATEGIES) if scores[label] >= correct_at]
             labelled.append(LabelledQuestion(
                 id=str(row["id"]), question=row["question"], dataset=name,

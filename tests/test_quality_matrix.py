@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +20,16 @@ from arag.testing import OpenAICompatibleServer, Scripted
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def slow_answer(call):
-    time.sleep(0.2)  # a few seconds per cell: time to kill it half-way
+def last_word(call):
+    """The question's last word as the answer; every other field a sentence."""
     question = call.inputs.get("question", "")
     return {field: Scripted(question.split()[-1].strip("?") if field == "answer" else "From the passages.")
             for field in call.output_fields}
+
+
+def slow_answer(call):
+    time.sleep(0.2)  # a few seconds per cell: time to kill it half-way
+    return last_word(call)
 
 
 def failing_on_kiss_and_tell(call):
@@ -41,10 +47,11 @@ def matrix(server, folder: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def from_results(folder: Path, *options: str, programs: str = "no-retrieval,single-rag") -> str:
-    """What the matrix prints from its results alone (--table, --report), with no LM."""
+def from_results(folder: Path, *options: str, programs: str = "no-retrieval,single-rag", n: str = "6",
+                 datasets: str = "hotpotqa") -> str:
+    """What the matrix prints from its results alone (--table, --report, --train-router), with no LM."""
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), *options, "--lm", "openai/x",
-                           "--n", "6", "--programs", programs, "--datasets", "hotpotqa",
+                           "--n", n, "--programs", programs, "--datasets", datasets,
                            "--results", str(folder / "results")], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -158,3 +165,17 @@ def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path
                            "--results", str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and f"--tuned {bad}: not a tuning run's parameter file" in done.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_the_router_trains_on_the_results_alone(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa"), shared_dataset("popqa_longtail")
+    with OpenAICompatibleServer(last_word) as server:
+        finish(matrix(server, tmp_path, "--last", "--n", "4", "--programs", "no-retrieval,single-rag,ircot",
+                      "--datasets", "hotpotqa,popqa"))
+    shutil.rmtree(tmp_path / "runs")  # another machine: the results alone
+    out = from_results(tmp_path, "--last", "--train-router", str(tmp_path / "router.json"), n="4",
+                       programs="no-retrieval,single-rag,ircot", datasets="hotpotqa,popqa")
+    router = json.loads((tmp_path / "router.json").read_text())
+    # every strategy answered wrong: a multi-hop question is labelled C, a single-hop one B
+    assert "labelled 8 questions: A 0, B 4, C 4" in out and "trained on 6, held apart 2" in out
+    assert router["trained_on"]["questions"] == 6 and set(router["labels"]) == {"B", "C"}
