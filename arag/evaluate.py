@@ -88,10 +88,11 @@ def evaluate(
         bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")
         pool = ThreadPoolExecutor(max_workers=threads)
         try:
-            pending = {pool.submit(contextvars.copy_context().run, run_one, ex) for ex in todo}
+            submitted = {pool.submit(contextvars.copy_context().run, run_one, ex): i for i, ex in enumerate(todo)}
+            pending = set(submitted)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
+                for future in sorted(done, key=submitted.get):  # several at once: in the devset's order
                     row = future.result()
                     rows[row["id"]] = row
                     if store:
