@@ -102,6 +102,13 @@ def as_run_row(row: dict) -> dict:
     return {**row, "error": row["error_kind"]} if "error_kind" in row else row
 
 
+def cell_rows(results: Path, dataset: str, cell: str, examples: list[dspy.Example]) -> list[dict]:
+    """The rows of a cell's results for those of `examples` it has answered, in their order, as readers of runs
+    take them."""
+    kept = read_results(results / dataset / f"{cell}.jsonl")
+    return [as_run_row(kept[e.id]) for e in examples if e.id in kept]
+
+
 def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
     """The cell's results, with every question the run folder finished since added (the run folder's newer row
     wins: a failure retried); written atomically."""
@@ -193,13 +200,7 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
           "| LM calls/q | prompt tok/q (reused) | retrievals/q |")
     print("|---" * 12 + "|")
     for dataset, examples in selected.items():
-        ids = [e.id for e in examples]
-        runs = []
-        for program in programs:
-            kept = read_results(results / dataset / f"{program}.jsonl")
-            rows = [as_run_row(kept[i]) for i in ids if i in kept]
-            if rows:
-                runs.append((program, rows))
+        runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
         baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
         for row in table_rows(runs, METRICS, baseline):
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
@@ -214,17 +215,16 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
                 label: str) -> list[Run]:
     """Each cell's compact results as a run for `arag report`: the question and gold answers read back from the
     dataset, no trace (the traces stay in the run folders, for `arag report runs/quality/MODEL/DATASET/*`)."""
+    by_id = {e.id: e for e in examples}
     runs = []
     for cell in cells:
-        path = results / dataset / f"{cell.name}.jsonl"
-        kept = read_results(path)
-        rows = [{**as_run_row(kept[e.id]), "question": e.question, "answers": list(e.answers), "trace": []}
-                for e in examples if e.id in kept]
+        rows = [{**row, "question": by_id[row["id"]].question, "answers": list(by_id[row["id"]].answers), "trace": []}
+                for row in cell_rows(results, dataset, cell.name, examples)]
         if rows:
             info = {"program": cell.program, "params": cell.params, "dataset": dataset, "lm": label,
                     "compiled": str(cell.compiled) if cell.compiled else None}
             summary = summarize(rows, n_total=len(examples), wall_time=0.0, run_info=info)
-            runs.append(Run(path, cell.name, info, rows, summary))
+            runs.append(Run(results / dataset / f"{cell.name}.jsonl", cell.name, info, rows, summary))
     return runs
 
 
