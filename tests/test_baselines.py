@@ -202,6 +202,17 @@ def test_self_ask_stops_at_the_cap_and_at_a_repeated_follow_up():
     assert steps_of(prediction, Stop)[0]["reason"] == StopReason.FOLLOW_UP_REPEATED
 
 
+def test_self_ask_asks_only_the_question_a_model_writes_before_an_intermediate_answer():
+    """A small model copies the chain's format into its follow-up ("Follow up: Q Intermediate answer: A", as
+    the 1.5B model did on HotpotQA): the question is what comes before the answer, and written again it is a
+    repeat."""
+    first, answer = FOLLOW_UPS[0], INTERMEDIATE[FOLLOW_UPS[0]]
+    written = [f"Follow up: {first}", f"{first} intermediate answer: {answer}", FOLLOW_UPS[1]]
+    prediction, engine, retriever = run(SelfAsk, self_asker(written, []))
+    assert retriever.queries == FOLLOW_UPS[:1] and engine.count == 2 + 1 + 1
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.FOLLOW_UP_REPEATED
+
+
 def test_self_ask_shows_the_written_chains_as_demos_by_default():
     with OpenAICompatibleServer(self_asker(FOLLOW_UPS, [])) as server:
         lm = build_lm(f"openai/self-ask-{uuid.uuid4().hex}", api_base=server.url)

@@ -17,6 +17,7 @@ replaces the written demos with bootstrapped ones.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import dspy
@@ -36,9 +37,22 @@ DEMOS = Param("demos", True, "show the written worked examples (three decomposed
               tunable=False)
 
 
+FOLLOW_UP_LABEL, INTERMEDIATE_LABEL = "Follow up:", "Intermediate answer:"
+
+
 def chain_entry(follow_up: str, intermediate_answer: str) -> str:
     """One follow-up and its intermediate answer, as the chain holds them."""
-    return f"Follow up: {follow_up} Intermediate answer: {intermediate_answer}"
+    return f"{FOLLOW_UP_LABEL} {follow_up} {INTERMEDIATE_LABEL} {intermediate_answer}"
+
+
+def follow_up_question(text: str) -> str:
+    """The follow-up question in what the model wrote: the text before any "Intermediate answer:", which the
+    paper's prompt stops generation at (the search engine gives that answer, not the model), without a leading
+    "Follow up:". A model copying the chain's format writes both."""
+    question = re.split(re.escape(INTERMEDIATE_LABEL), text, maxsplit=1, flags=re.IGNORECASE)[0].strip()
+    if question.lower().startswith(FOLLOW_UP_LABEL.lower()):
+        question = question[len(FOLLOW_UP_LABEL):].strip()
+    return question
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ class SelfAsk(RAGProgram):
         stop = StopReason.FOLLOW_UP_CAP
         for _ in range(self.max_follow_ups):
             decision = self.next_follow_up(question=question, follow_ups=chain)
-            follow_up = decision.follow_up.strip()
+            follow_up = follow_up_question(decision.follow_up)
             if not decision.needs_follow_up or not follow_up:
                 stop = StopReason.NO_FOLLOW_UP
                 break
