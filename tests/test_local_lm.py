@@ -189,9 +189,11 @@ def test_programs_answer_hotpotqa_on_the_local_model(name, lm, hotpot, tmp_path)
             assert row["error_kind"] and row["error_step"], row
             continue
         assert isinstance(row["prediction"], str) and not row["prediction"].startswith(("{", "["))
-        probabilities = [s[key] for s in row["trace"] for key in ("min_token_prob", "mean_token_prob", "p_better")
-                         if key in s]
-        assert all(0.0 < p <= 1.0 for p in probabilities)
+        token_probabilities = [s[key] for s in row["trace"] for key in ("min_token_prob", "mean_token_prob")
+                               if key in s]
+        assert all(0.0 < p <= 1.0 for p in token_probabilities)
+        # 0 when the model chose "false" with "true" outside its top log-probabilities
+        assert all(0.0 <= s["p_better"] <= 1.0 for s in row["trace"] if "p_better" in s)
     assert result.summary["n_failed"] <= 1, [row.get("error") for row in result.rows]
     assert result.summary["totals"]["lm_calls"] == sum(row["lm_calls"] for row in result.rows)
 
@@ -263,3 +265,41 @@ def test_a_long_string_field_is_bounded_within_what_llama_cpps_grammar_can_build
     with dspy.context(lm=lm, adapter=SchemaAdapter()):  # a 5,000-character bound crashed llama.cpp uncapped
         note = dspy.Predict(LongNote)(question="Tell me about France.").note
     assert isinstance(note, str) and len(note) <= 800
+
+
+def test_the_lenient_json_grammar_keeps_the_models_line_breaks_and_a_title_it_quotes_unescaped():
+    """The strict grammar (llama-cpp-python's own) allows one space between JSON tokens and ends a string at any
+    quote; the default lenient one lets the model write the "{\n" it prefers, and keeps a quote followed by a word
+    inside the string, which DSPy's JSON parser (json_repair) reads back."""
+    import json_repair
+
+    sentence = 'The "Prince of Tenors" starred in Tosca, filmed in Rome.'
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+    ask = [{"role": "user", "content": f'Copy this sentence into the JSON field "text", word for word: {sentence}'}]
+    texts = {}
+    for mode in ("lenient", "strict"):
+        lm = arag.build_lm("local", json_grammar=mode)
+        texts[mode] = lm(messages=ask, response_format={"type": "json_schema",
+                                                         "json_schema": {"name": "copy", "schema": schema}})[0]
+    assert texts["lenient"].startswith("{\n") and not texts["strict"].startswith("{\n")
+    assert '"Prince of Tenors" starred in Tosca' in json_repair.loads(texts["lenient"])["text"]
+    assert "starred" not in json_repair.loads(texts["strict"])["text"]  # cut at the quote the model left unescaped
+
+
+def test_the_lenient_grammar_widens_only_whitespace_and_string_characters():
+    from llama_cpp import LlamaGrammar
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from arag.lm.local import INNER_QUOTE, LENIENT_SPACE_RULE, lenient_grammar
+
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"]}
+    strict = json_schema_to_gbnf(json.dumps(schema)).splitlines()
+    lenient = lenient_grammar("\n".join(strict)).splitlines()
+    changed = {(old, new) for old, new in zip(strict, lenient) if old != new}
+    assert {new for _, new in changed} == {LENIENT_SPACE_RULE, next(line for line in lenient if "char ::=" in line)}
+    assert any(new == old + f" | {INNER_QUOTE}" for old, new in changed)
+    LlamaGrammar.from_string("\n".join(lenient), verbose=False)  # llama.cpp parses it
+    with pytest.raises(arag.ConfigError, match="json_grammar must be one of lenient, strict, got 'loose'"):
+        arag.build_lm("local", json_grammar="loose")
+    assert arag.build_lm("local", json_grammar="strict").model != arag.build_lm("local").model  # caches apart

@@ -12,7 +12,8 @@ Chat calls go through the model's chat template; ``raw=True`` sends one prompt e
 (FLARE's ``prompt_style=raw``, Self-RAG's reflection-token prompts). Both return token
 log-probabilities when asked (computed before any grammar, so they are the model's own), and a
 ``response_format`` JSON schema becomes a llama.cpp grammar: the output always parses (strings bounded at
-GRAMMAR_MAX_LENGTH characters at most, a limit of llama.cpp's grammar engine).
+GRAMMAR_MAX_LENGTH characters at most, a limit of llama.cpp's grammar engine; `lenient_grammar` says how it
+differs from llama-cpp-python's own, ``json_grammar="strict"``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ from arag.lm.local_models import DEFAULT_MODEL, MODELS, model_path
 
 DEFAULT_CONTEXT = 8192  # SmolLM2's training context
 GRAMMAR_MAX_LENGTH = 800  # the longest string a grammar bounds (see _capped_lengths); tried safe up to 1,000
+JSON_GRAMMARS = ("lenient", "strict")
+# Lenient JSON grammars take llama.cpp's own whitespace rule (common/json-schema-to-grammar): the Python port's
+# `" "?` forbids the line break after "{" that chat models begin JSON with ("{\n" was the 1.5B model's first
+# choice, p 0.6), forcing the first tokens of every answer off the model's own path.
+LENIENT_SPACE_RULE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
+# ... and keep inside a string a quote that cannot end it (one followed by a letter, or by a space and a letter):
+# the model quoting a title unescaped (`The "Prince of tenors" starred`) is cut at the quote by a strict grammar
+# ("The "), and DSPy's JSON parser (json_repair) reads the quote back as part of the string.
+INNER_QUOTE = '"\\"" " "? [^"\\\\,:}\\] \\t\\n]'
 INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
 
@@ -62,20 +72,34 @@ class _LoadedModel:
     def __init__(self, llama: Any) -> None:
         self.llama = llama
         self.lock = threading.Lock()
-        self.grammars: dict[str, Any] = {}
+        self.grammars: dict[tuple[str, str], Any] = {}
 
-    def grammar(self, response_format: Mapping[str, Any]) -> Any:
-        """The llama.cpp grammar for a response_format (a JSON schema, or any JSON object)."""
+    def grammar(self, response_format: Mapping[str, Any], json_grammar: str = "lenient") -> Any:
+        """The llama.cpp grammar for a response_format (a JSON schema, or any JSON object): `json_grammar` is
+        "strict" (llama-cpp-python's own) or "lenient" (`json_schema_grammar`)."""
         from llama_cpp import LlamaGrammar
-        from llama_cpp.llama_grammar import JSON_GBNF
+        from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
         schema = response_format.get("schema") if response_format.get("type") == "json_schema" else None
         # Keys in the schema's own order: the grammar writes fields in that order (reasoning before answer).
         key = json.dumps(_capped_lengths(schema)) if schema is not None else ""
-        if key not in self.grammars:
-            self.grammars[key] = (LlamaGrammar.from_json_schema(key, verbose=False) if schema is not None
-                                  else LlamaGrammar.from_string(JSON_GBNF, verbose=False))
-        return self.grammars[key]
+        if (key, json_grammar) not in self.grammars:
+            rules = json_schema_to_gbnf(key) if schema is not None else JSON_GBNF
+            if schema is not None and json_grammar == "lenient":
+                rules = lenient_grammar(rules)
+            self.grammars[key, json_grammar] = LlamaGrammar.from_string(rules, verbose=False)
+        return self.grammars[key, json_grammar]
+
+
+def lenient_grammar(rules: str) -> str:
+    """llama-cpp-python's grammar of a JSON schema with llama.cpp's whitespace rule, and a string's characters
+    widened to the quotes that cannot end it."""
+    lines = rules.splitlines()
+    spaces = [i for i, line in enumerate(lines) if line.startswith("space ::=")]
+    if len(spaces) != 1:
+        raise RuntimeError(f"llama-cpp-python's JSON grammar has no single `space` rule to widen: {rules!r}")
+    lines[spaces[0]] = LENIENT_SPACE_RULE
+    return "\n".join(f"{line} | {INNER_QUOTE}" if line.startswith("char ::=") else line for line in lines)
 
 
 def _capped_lengths(schema: Any) -> Any:
@@ -271,10 +295,10 @@ class LlamaEngine(PromptEngine):
 
     supported_params = frozenset({"temperature", "top_p", "top_k", "seed", "max_tokens", "stop", "logprobs",
                                   "top_logprobs", "response_format", "logit_bias"})
-    state_fields = ("model_path", "context_length", "threads", "raw", "extra_buffers")
+    state_fields = ("model_path", "context_length", "threads", "raw", "extra_buffers", "json_grammar")
 
     def __init__(self, model_path: str | Path, *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-                 raw: bool = False, extra_buffers: bool = False) -> None:
+                 raw: bool = False, extra_buffers: bool = False, json_grammar: str = "lenient") -> None:
         self.model_path = Path(model_path)
         if not self.model_path.is_file():
             raise ConfigError(f"local model {self.model_path}: no such file (give a .gguf file: --lm local:PATH.gguf)")
@@ -284,6 +308,9 @@ class LlamaEngine(PromptEngine):
         self.threads = threads or min(os.cpu_count() or 1, 8)
         self.raw = raw
         self.extra_buffers = extra_buffers
+        if json_grammar not in JSON_GRAMMARS:
+            raise ConfigError(f"json_grammar must be one of {', '.join(JSON_GRAMMARS)}, got {json_grammar!r}")
+        self.json_grammar = json_grammar
 
     @property
     def model(self) -> _LoadedModel:
@@ -321,7 +348,7 @@ class LlamaEngine(PromptEngine):
                     text = output["choices"][0]["text"]
                 else:
                     if config.response_format is not None:
-                        settings["grammar"] = model.grammar(config.response_format)
+                        settings["grammar"] = model.grammar(config.response_format, self.json_grammar)
                     output = model.llama.create_chat_completion(self._messages(request), **settings)
                     text = output["choices"][0]["message"].get("content") or ""
                 prompt_tokens = output["usage"]["prompt_tokens"]
@@ -354,7 +381,8 @@ class LlamaEngine(PromptEngine):
 
     @property
     def lm_name(self) -> str:
-        return f"local{'-raw' if self.raw else ''}/{model_id(self.model_path)}"
+        strict = "-strict-json" if self.json_grammar == "strict" else ""  # a cache of its own: other answers
+        return f"local{'-raw' if self.raw else ''}{strict}/{model_id(self.model_path)}"
 
     def raw_prompt_lm(self, lm: dspy.LM, keep_special_tokens: bool) -> dspy.LM:
         """The raw-prompt LM on the same model (special tokens are always kept: their text is read back)."""
@@ -368,12 +396,14 @@ class LlamaEngine(PromptEngine):
 
 
 def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, threads: int | None = None,
-             raw: bool = False, extra_buffers: bool = False, temperature: float | None = 0.0,
-             max_tokens: int | None = None, **kwargs: Any) -> dspy.LM:
+             raw: bool = False, extra_buffers: bool = False, json_grammar: str = "lenient",
+             temperature: float | None = 0.0, max_tokens: int | None = None, **kwargs: Any) -> dspy.LM:
     """A ``dspy.LM`` on a local GGUF model: ``"local"`` (SmolLM2-135M-Instruct), ``"local:NAME"`` (a model of
     ``arag models``, e.g. ``local:qwen2.5-coder-1.5b``) or ``"local:PATH.gguf"``. ``raw=True`` makes the
     raw-prompt LM of the same model; ``extra_buffers=True`` (not on CPUs with AMX) lets llama.cpp repack
-    weights for this CPU. Extra ``kwargs`` (``cache``, ``logprobs``, ``top_logprobs`` ...) go to ``dspy.LM``."""
+    weights for this CPU; ``json_grammar="strict"`` constrains JSON outputs with llama-cpp-python's own grammar
+    instead of the lenient one (`lenient_grammar`). Extra ``kwargs`` (``cache``, ``logprobs``, ``top_logprobs``
+    ...) go to ``dspy.LM``."""
     if not isinstance(extra_buffers, bool):
         raise ConfigError(f"extra_buffers must be true or false, got {extra_buffers!r}")
     _, _, name = spec.partition(":")
@@ -381,5 +411,6 @@ def local_lm(spec: str = "local", *, context_length: int = DEFAULT_CONTEXT, thre
         path = model_path(name or DEFAULT_MODEL)
     elif not (path := Path(name).expanduser()).is_file():
         raise ConfigError(f"local:{name} is neither a GGUF file nor a model of `arag models` ({', '.join(MODELS)})")
-    engine = LlamaEngine(path, context_length=context_length, threads=threads, raw=raw, extra_buffers=extra_buffers)
+    engine = LlamaEngine(path, context_length=context_length, threads=threads, raw=raw, extra_buffers=extra_buffers,
+                         json_grammar=json_grammar)
     return engine.lm(temperature=temperature, max_tokens=max_tokens or DEFAULT_MAX_TOKENS, **kwargs)
