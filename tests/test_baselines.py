@@ -296,6 +296,20 @@ def test_react_stops_at_max_iters():
     assert retriever.queries == endless[:2] and engine.count == 2 + 1
 
 
+def test_react_ends_the_trajectory_when_the_model_repeats_a_search():
+    """The 1.5B model searched one query seven times, to the step cap: the repeat ends the trajectory and the
+    answer is extracted from what was read; stop_repeated=false runs to max_iters, as the paper."""
+    again = [FOLLOW_UPS[0]] * 10
+    prediction, engine, retriever = run(ReActSearch, react_agent(again, []), max_iters=5)
+    assert retriever.queries == FOLLOW_UPS[:1]
+    assert len(steps_of(prediction, Act)) == 2 and engine.count == prediction.lm_calls == 2 + 1
+    assert steps_of(prediction, Stop)[0]["reason"] == StopReason.REPEATED_ACTION
+    assert prediction.answer == "Chief of Protocol"
+
+    prediction, engine, retriever = run(ReActSearch, react_agent(again, []), max_iters=5, stop_repeated="false")
+    assert retriever.queries == again[:5] and engine.count == 5 + 1 and not steps_of(prediction, Stop)
+
+
 SCHEMA_SHAPED = {"query": {"type": "string", "value": "Shirley Temple"}}  # what a small model wrote, unconstrained
 
 

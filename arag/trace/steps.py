@@ -32,6 +32,7 @@ class StopReason(DescribedEnum):
     T_CI = "t_ci", "t_ci collection iterations were spent"
     T_RP = "t_rp", "t_rp distinct passages were read"
     REPEATED_QUERY = "repeated_query", "every proposed query repeated one already asked"
+    REPEATED_ACTION = "repeated_action", "the model called a tool again with the same arguments"
 
 
 class ScoredPassage(TypedDict):

@@ -11,6 +11,11 @@ finish tool's empty arguments fails like any other tool call.
 The trace holds every step as it happens: an `act` step (thought, tool, arguments), the tool's `retrieve`
 step, and an `observation` step with what the tool returned or the error it raised (which the LM reads in
 its trajectory as well). The prediction counts the failed tool calls (`failed_tool_calls`).
+
+A tool called again with the arguments of an earlier call ends the trajectory (`stop_repeated`, on by default):
+the search would return what the model has already read. The 1.5B model, zero-shot on HotpotQA, searched the
+same query seven times, to the step cap, and then answered "No answer"; the answer is now extracted after the
+first repeat. `stop_repeated=false` runs the loop to `max_iters` as the paper does.
 """
 
 from __future__ import annotations
@@ -27,10 +32,12 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.signatures.generation import AnswerBySearching
-from arag.trace import Act, Observation, Unreadable, current_trace, is_step, note, steps_of
+from arag.trace import Act, Observation, Stop, StopReason, Unreadable, current_trace, is_step, note, steps_of
 
 MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30,
                   searched=True, search_range=(1, 10))
+STOP_REPEATED = Param("stop_repeated", True, "end the trajectory when a tool is called again with the same "
+                      "arguments (false: run to max_iters, as the paper)", tunable=False)
 ARGUMENT_CHARS = 200  # a tool's string argument (a search query); within the adapter's token budget for the field
 ERROR_CHARS = 300
 
@@ -80,11 +87,14 @@ class _ReAct(dspy.ReAct):
     """`dspy.ReAct` with each tool's arguments decoded under that tool's schema and every step recorded.
 
     It also ends the trajectory on an unreadable step, as it does on an invalid tool choice (DSPy 3.4.1 ends it
-    on ValueError only, and AdapterParseError is not one). The answer is then extracted from the trajectory so
-    far; an unreadable extraction still fails the question."""
+    on ValueError only, and AdapterParseError is not one), and, with `stop_repeated`, on a tool call that repeats
+    an earlier one. The answer is then extracted from the trajectory so far; an unreadable extraction still fails
+    the question."""
 
-    def __init__(self, signature: type[dspy.Signature], tools: list[dspy.Tool], max_iters: int) -> None:
+    def __init__(self, signature: type[dspy.Signature], tools: list[dspy.Tool], max_iters: int,
+                 stop_repeated: bool) -> None:
         super().__init__(signature, tools=tools, max_iters=max_iters)
+        self.stop_repeated = stop_repeated
         self.tools = {name: ObservedTool.of(tool) for name, tool in self.tools.items()}
         self.react.signature = self.react.signature.with_updated_fields("next_tool_args",
                                                                         type_=tool_arguments(self.tools))
@@ -99,8 +109,13 @@ class _ReAct(dspy.ReAct):
                             error=str(exc).splitlines()[0][:ERROR_CHARS]))
             raise ValueError(str(exc)) from exc
         if module is self.react:
-            note(Act(thought=prediction.next_thought, tool=prediction.next_tool_name,
-                     args=dict(prediction.next_tool_args)))
+            act = Act(thought=prediction.next_thought, tool=prediction.next_tool_name,
+                      args=dict(prediction.next_tool_args))
+            earlier = [(step["tool"], step["args"]) for step in steps_of(current_trace().steps, Act)]
+            note(act)
+            if self.stop_repeated and act.tool != "finish" and (act.tool, act.args) in earlier:
+                note(Stop(reason=StopReason.REPEATED_ACTION))
+                raise ValueError(f"{act.tool} called again with {act.args}")
         return prediction
 
 
@@ -112,11 +127,12 @@ class ReActSearch(RAGProgram):
     lm_calls_formula = "thought-actions + 1 extraction"
     follows = ("the paper's loop (Yao et al., 2023) as dspy.ReAct runs it: thought, action, observation until finish, "
                "then the answer; zero-shot, where the paper prompts with worked trajectories (compile to give demos)")
-    params = (FLARE_SETTING_K, MAX_ITERS)
+    params = (FLARE_SETTING_K, MAX_ITERS, STOP_REPEATED)
 
     def __init__(self, retriever=None, **params):
         super().__init__(retriever, **params)
-        self.agent = _ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters)
+        self.agent = _ReAct(AnswerBySearching, tools=[dspy.Tool(self.search)], max_iters=self.max_iters,
+                            stop_repeated=self.stop_repeated)
 
     def required_lm_calls(self, trace: list[dict]) -> int:
         return len(steps_of(trace, Act)) + 1
