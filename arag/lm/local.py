@@ -45,9 +45,10 @@ JSON_GRAMMARS = ("lenient", "strict")
 # `" "?` forbids the line break after "{" that chat models begin JSON with ("{\n" was the 1.5B model's first
 # choice, p 0.6), forcing the first tokens of every answer off the model's own path.
 LENIENT_SPACE_RULE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
-# ... and keep inside a string a quote that cannot end it (one followed by a letter, or by a space and a letter):
-# the model quoting a title unescaped (`The "Prince of tenors" starred`) is cut at the quote by a strict grammar
-# ("The "), and DSPy's JSON parser (json_repair) reads the quote back as part of the string.
+# ... and keep inside a string a quote that cannot end it: one followed, after at most a space, by a character
+# that cannot follow a string's end (not `,` `:` `}` `]`, a quote or whitespace). A strict grammar cuts the model's
+# unescaped title (`The "Prince of tenors" starred`) at the quote ("The "); DSPy's JSON parser (json_repair)
+# reads the quote back as part of the string.
 INNER_QUOTE = '"\\"" " "? [^"\\\\,:}\\] \\t\\n]'
 INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
@@ -76,7 +77,7 @@ class _LoadedModel:
 
     def grammar(self, response_format: Mapping[str, Any], json_grammar: str = "lenient") -> Any:
         """The llama.cpp grammar for a response_format (a JSON schema, or any JSON object): `json_grammar` is
-        "strict" (llama-cpp-python's own) or "lenient" (`json_schema_grammar`)."""
+        "strict" (llama-cpp-python's own) or "lenient" (`lenient_grammar`)."""
         from llama_cpp import LlamaGrammar
         from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
