@@ -153,6 +153,21 @@ def test_field_logprobs_json_with_escapes_and_a_token_spanning_quotes():
     assert probabilities == pytest.approx({"Yes": 0.75 / 0.95, "No": 0.2 / 0.95})
 
 
+def test_field_logprobs_json_reads_a_quote_the_model_left_unescaped_as_part_of_the_string():
+    """What the local engine's lenient grammar lets through (the 1.5B model quoting a phrase in its reasoning):
+    a quote followed by a word, or by a space and a word, is inside the string; one followed by `,` ends it."""
+    lm = verbatim_lm([
+        ('{\n  "', 1.0), ("reasoning", 1.0), ('": "', 1.0), ("Described", 0.9), (' as "', 0.8), ("companion", 0.7),
+        (' books." ', 0.6), ("Therefore", 0.5), (".", 1.0), ('",\n  "', 1.0), ("answer", 1.0), ('": "', 1.0),
+        ("Anim", 0.4), ("orphs", 0.9), ('"\n}', 1.0),
+    ])
+    with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):
+        prediction = dspy.ChainOfThought(QA)(question="Which series?")
+    assert prediction.reasoning == 'Described as "companion books." Therefore.' and prediction.answer == "Animorphs"
+    assert "".join(t.token for t in field_logprobs(prediction, "reasoning")) == prediction.reasoning
+    assert tokens_and_probs(field_logprobs(prediction, "answer")) == [("Anim", 0.4), ("orphs", 0.9)]
+
+
 def test_field_logprobs_drops_whitespace_tokens_at_the_ends_of_a_json_string():
     lm = verbatim_lm([('{"answer": "', 1.0), (" ", 0.9), ("Paris", 0.8), (" ", 0.7), ('"}', 1.0)])
     with dspy.context(lm=lm, adapter=dspy.JSONAdapter()):

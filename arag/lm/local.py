@@ -37,6 +37,7 @@ from arag.errors import ConfigError
 from arag.lm.defaults import DEFAULT_MAX_TOKENS
 from arag.lm.engines import PromptEngine, message_text
 from arag.lm.local_models import DEFAULT_MODEL, MODELS, model_path
+from arag.lm.logprobs import AFTER_STRING_END
 
 DEFAULT_CONTEXT = 8192  # SmolLM2's training context
 GRAMMAR_MAX_LENGTH = 800  # the longest string a grammar bounds (see _capped_lengths); tried safe up to 1,000
@@ -46,10 +47,11 @@ JSON_GRAMMARS = ("lenient", "strict")
 # choice, p 0.6), forcing the first tokens of every answer off the model's own path.
 LENIENT_SPACE_RULE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
 # ... and keep inside a string a quote that cannot end it: one followed, after at most a space, by a character
-# that cannot follow a string's end (not `,` `:` `}` `]`, a quote or whitespace). A strict grammar cuts the model's
-# unescaped title (`The "Prince of tenors" starred`) at the quote ("The "); DSPy's JSON parser (json_repair)
-# reads the quote back as part of the string.
-INNER_QUOTE = '"\\"" " "? [^"\\\\,:}\\] \\t\\n]'
+# that cannot follow a string's end (AFTER_STRING_END, which the log-probability reader shares). A strict grammar
+# cuts the model's unescaped title (`The "Prince of tenors" starred`) at the quote ("The "); DSPy's JSON parser
+# (json_repair) reads the quote back as part of the string.
+INNER_QUOTE = '"\\"" " "? [^' + "".join({"\\": "\\\\", "]": "\\]", "\t": "\\t", "\n": "\\n"}.get(c, c)
+                                      for c in AFTER_STRING_END) + "]"
 INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
 

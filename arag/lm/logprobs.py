@@ -106,6 +106,29 @@ def _skip_space(text: str, index: int) -> int:
     return index
 
 
+# What may follow a JSON string's closing quote, after at most one space: a quote followed by anything else is
+# read as part of the string. The local engine's lenient grammar keeps such quotes in strings (`arag.lm.local`),
+# and DSPy's JSON parser (json_repair) reads them the same way.
+AFTER_STRING_END = ',:}]"\\ \t\n'
+
+
+def json_string_end(text: str, start: int) -> int:
+    """The index just past the quote that ends the JSON string whose content begins at `start`, where a quote the
+    model left unescaped stays inside the string unless AFTER_STRING_END says it ends it; ValueError when the
+    string is never closed (cut short by the token budget)."""
+    index = start
+    while index < len(text):
+        if text[index] == "\\":
+            index += 2
+            continue
+        if text[index] == '"':
+            after = index + 1 + text.startswith(" ", index + 1)
+            if after >= len(text) or text[after] in AFTER_STRING_END:
+                return index + 1
+        index += 1
+    raise ValueError(f"unterminated string starting at {start}")
+
+
 def _json_span(text: str, field: str) -> tuple[int, int] | None:
     """Span of a top-level member's value in the first JSON object of text (a string's content, without quotes;
     to the end of the text when the completion stopped inside it)."""
@@ -123,7 +146,7 @@ def _json_span(text: str, field: str) -> tuple[int, int] | None:
             index = _skip_space(text, index + 1)
             if text.startswith('"', index):
                 try:
-                    _, end = scanstring(text, index + 1, False)
+                    end = json_string_end(text, index + 1)
                 except ValueError:
                     if key != field:
                         raise
