@@ -6,7 +6,8 @@ The checkpoint is a folder: for real use a trained ColBERT such as colbert-ir/co
 
 colbert-ai (the `colbert` extra) is imported on first use, with three adjustments made then:
 - its C++ extensions (compiled at first use, ~40 s each) are cached per environment, in
-  `torch_extensions_dir()` unless TORCH_EXTENSIONS_DIR is set;
+  `torch_extensions_dir()` unless TORCH_EXTENSIONS_DIR is set, and built or loaded at once, one
+  process at a time, so that a build lock left by a killed process is found and cleared;
 - under transformers 5 its model class never runs `post_init()`, so loading fails with
   "no attribute 'all_tied_weights_keys'": its `init_weights()` runs `post_init()` when that is missing;
 - while indexing, each encoding batch is cut to its own longest passage instead of the longest of
@@ -17,6 +18,7 @@ Importing colbert-ai also switches multiprocessing to "spawn" for the whole proc
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import hashlib
 import io
@@ -252,6 +254,7 @@ def colbert_ai() -> SimpleNamespace:
     if int(transformers.__version__.split(".")[0]) >= 5:
         base_colbert.class_factory = _running_post_init(base_colbert.class_factory)
     collection_indexer.Checkpoint = _encoding_at_batch_length(collection_indexer.Checkpoint)
+    _load_extensions(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
     from importlib.metadata import version
 
     return SimpleNamespace(
@@ -263,6 +266,43 @@ def colbert_ai() -> SimpleNamespace:
         RunConfig=RunConfig,
         version=version("colbert-ai"),
     )
+
+
+def _load_extensions(directory: Path) -> None:
+    """Builds (on first use) and loads colbert-ai's CPU extensions while holding `directory`'s build guard."""
+    from colbert.modeling.colbert import ColBERT
+    from colbert.search.index_storage import IndexScorer
+    from colbert.search.strided_tensor import StridedTensor
+
+    with build_guard(directory), _colbert_output_logged():
+        for owner in (ColBERT, IndexScorer, StridedTensor):
+            owner.try_load_torch_extensions(use_gpu=False)
+
+
+@contextlib.contextmanager
+def build_guard(directory: Path):
+    """Holds an exclusive lock on `directory`'s extension builds and clears the build locks no live process holds.
+
+    torch marks a build in progress with a `lock` file that only the builder deletes: a build killed
+    midway leaves it, and every later load then waits on it forever, silently. arag builds only under
+    this guard, an flock the kernel releases when its holder dies, so a `lock` found while holding it
+    in arag's own folder is stale. In a folder set by TORCH_EXTENSIONS_DIR that other programs may
+    share, a lock is reported and left alone.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "arag-build.guard", "w") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        own_folder = directory == torch_extensions_dir()
+        for lock in sorted(directory.glob("*/lock")):
+            if own_folder:
+                logger.warning("removing %s, a colbert-ai extension build lock left by a killed process", lock)
+                lock.unlink(missing_ok=True)
+            else:
+                logger.warning(
+                    "%s marks a colbert-ai extension build: if none is running, delete it, or this load waits forever",
+                    lock,
+                )
+        yield
 
 
 def _running_post_init(class_factory):

@@ -9,6 +9,9 @@ import importlib.util
 import json
 import multiprocessing
 import shutil
+import subprocess
+import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -153,6 +156,83 @@ def test_extensions_are_cached_per_environment(monkeypatch, tmp_path):
     assert here != elsewhere
 
 
+def test_a_build_lock_left_by_a_killed_build_is_cleared_in_arags_folder(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = colbert_module.torch_extensions_dir()
+    (folder / "filter_pids_cpp").mkdir(parents=True)
+    stale = folder / "filter_pids_cpp" / "lock"
+    stale.touch()
+    with colbert_module.build_guard(folder):
+        assert not stale.exists()
+    assert "left by a killed process" in caplog.text and str(stale) in caplog.text
+
+
+def test_a_build_lock_in_a_shared_extension_folder_is_reported_and_kept(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    folder = tmp_path / "shared-extensions"
+    (folder / "filter_pids_cpp").mkdir(parents=True)
+    (folder / "filter_pids_cpp" / "lock").touch()
+    with colbert_module.build_guard(folder):
+        pass
+    assert (folder / "filter_pids_cpp" / "lock").exists()
+    assert "delete it" in caplog.text
+
+
+def test_a_live_build_keeps_its_lock_and_the_next_load_waits_for_it(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = colbert_module.torch_extensions_dir()
+    lock = folder / "segmented_maxsim_cpp" / "lock"
+    builder = subprocess.Popen(  # holds the guard and builds until its stdin closes
+        [sys.executable, "-c", BUILDER, str(folder), str(lock)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert builder.stdout.readline() == b"building\n"
+
+    def load():
+        with colbert_module.build_guard(folder):
+            pass
+
+    waiter = threading.Thread(target=load)
+    waiter.start()
+    waiter.join(timeout=1)
+    assert waiter.is_alive() and lock.exists()
+    builder.stdin.close()
+    assert builder.wait(timeout=60) == 0
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert "left by a killed process" not in caplog.text
+
+
+BUILDER = """
+import sys
+from pathlib import Path
+from arag.retrievers.colbert import build_guard
+
+folder, lock = Path(sys.argv[1]), Path(sys.argv[2])
+with build_guard(folder):
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.touch()
+    print("building", flush=True)
+    sys.stdin.read()
+    lock.unlink()
+"""
+
+
+@pytest.mark.slow
+def test_colbert_loads_after_a_build_was_killed_midway():
+    colbert_module.colbert_ai()  # compiles the extensions once, if this machine has not yet
+    folder = colbert_module.torch_extensions_dir()
+    with colbert_module.build_guard(folder):  # as a build killed midway leaves it
+        (folder / "filter_pids_cpp" / "lock").touch()
+    loading = subprocess.run(
+        [sys.executable, "-c", "from arag.retrievers.colbert import colbert_ai; colbert_ai()"],
+        capture_output=True,
+        text=True,
+        timeout=600,  # torch waits on a stale lock forever
+    )
+    assert loading.returncode == 0, loading.stderr
+    assert not (folder / "filter_pids_cpp" / "lock").exists()
+
+
 # Options and errors, before anything is encoded.
 
 
@@ -168,8 +248,15 @@ def test_checkpoints_must_be_colbert_checkpoint_folders(tmp_path, corpus_file):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("options, message", [({"nbits": 3}, "nbits"), ({"doc_maxlen": 4}, "doc_maxlen"),
-                                              ({"doc_maxlen": "long"}, "doc_maxlen"), ({"kmeans": 4}, "kmeans")])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"nbits": 3}, "nbits"),
+        ({"doc_maxlen": 4}, "doc_maxlen"),
+        ({"doc_maxlen": "long"}, "doc_maxlen"),
+        ({"kmeans": 4}, "kmeans"),
+    ],
+)
 def test_bad_index_options_are_config_errors(tmp_path, checkpoint, corpus_file, options, message):
     with pytest.raises(ConfigError, match=message):
         build_index(corpus_file, tmp_path / "index", kind="colbert", checkpoint=checkpoint, **options)
