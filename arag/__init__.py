@@ -16,7 +16,7 @@
 """
 
 from arag.data import load_corpus, load_examples
-from arag.errors import AragError, ConfigError, DataError, LMError, RetrieverError
+from arag.errors import AragError, ConfigError, DataError, FolderInUse, LMError, RetrieverError
 from arag.evaluate import evaluate
 from arag.lm import build_lm, field_logprobs, label_probabilities
 from arag.optimizers import compile, load_program, save_program
@@ -34,6 +34,7 @@ __all__ = [
     "AragError",
     "ConfigError",
     "DataError",
+    "FolderInUse",
     "LMError",
     "Passage",
     "RAGProgram",

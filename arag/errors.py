@@ -9,6 +9,10 @@ class ConfigError(AragError):
     """A bad program name, parameter, option or missing configuration (no LM, no retriever)."""
 
 
+class FolderInUse(ConfigError):
+    """A run folder that another arag process holds (its run.lock) while it writes there."""
+
+
 class DataError(AragError):
     """A missing, empty or malformed dataset or corpus file; the message names file and line."""
 

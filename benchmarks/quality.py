@@ -13,7 +13,9 @@ Self-RAG and CRAG papers report).
 Each cell is an `arag eval` run folder under --runs (traces included, for `arag report`), and its compact rows
 (id, answer, scores, costs, step counts and the commit: no question or passage text) are kept under --results,
 which lives in the repository: stopped at any moment (SIGKILL included), the matrix continues where it stopped,
-on this machine or another that has the results, without answering a question twice. --table prints one table of
+on this machine or another that has the results, without answering a question twice. Several processes can share
+one matrix (the same command started N times, e.g. one per core with --threads 1): a cell another process is
+running is skipped, and each process takes the next free one. --table prints one table of
 both datasets: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
 the same questions, and its costs per question; --report FOLDER draws the same results as `arag report`'s page.
 --compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile`, e.g. BootstrapFewShot
@@ -49,7 +51,7 @@ from arag.optimizers.router_training import label_runs, train_router  # noqa: E4
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
-from arag.runs import PREDICTIONS, Run, last_rows, summarize  # noqa: E402
+from arag.runs import PREDICTIONS, Run, check_run_folder, last_rows, summarize  # noqa: E402
 from arag.runs.table import table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
@@ -168,8 +170,10 @@ def tuned_cell(path: Path) -> Cell:
 
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
              runs: Path, results: Path) -> dict[str, dict]:
-    """One cell on one dataset: the questions its results lack (or failed) answered, its results returned."""
+    """One cell on one dataset: the questions its results lack (or failed) answered, its results returned;
+    FolderInUse when another process is running it."""
     run_dir, cell_results = runs / dataset / cell.name, results / dataset / f"{cell.name}.jsonl"
+    check_run_folder(run_dir)  # FolderInUse while another process runs this cell
     commit = current_commit()
     kept = sync(run_dir, cell_results, commit)
     todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
@@ -314,7 +318,11 @@ def main() -> int:
                   "this model's runs over other questions)", flush=True)
             continue
         for dataset, examples in selected.items():
-            kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
+            try:
+                kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
+            except arag.FolderInUse as exc:
+                print(f"{cell.name:<24}{dataset:<10}skipped: {exc}", flush=True)
+                continue
             report_cell(cell.name, dataset, examples, kept)
     print_table(results, cell_names, selected, which)
     return 0

@@ -101,6 +101,22 @@ def test_a_killed_matrix_resumes_without_repeating_a_question(shared_dataset, tm
     assert "| HotpotQA | single-rag | 6 | 0 |" in table and "| F1 − single-rag [95 %] |" in table
 
 
+def test_two_processes_share_a_matrix_without_answering_a_question_twice(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path / "alone"))
+        calls_alone = len(server.requests)
+        workers = [matrix(server, tmp_path / "shared") for _ in range(2)]
+        outputs = [finish(worker) for worker in workers]
+        calls_shared = len(server.requests) - calls_alone
+
+    assert calls_shared == calls_alone == 12
+    assert results(tmp_path / "shared") == results(tmp_path / "alone")
+    skipped = [line for out in outputs for line in out.splitlines() if "skipped" in line]
+    assert skipped and all("is in use by another arag run (pid " in line for line in skipped)
+    assert "| HotpotQA | single-rag | 6 | 0 |" in from_results(tmp_path / "shared", "--table")
+
+
 def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     with OpenAICompatibleServer(slow_answer) as server:

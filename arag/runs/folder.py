@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import ujson
 
 from arag.data._io import existing_file, write_atomic
-from arag.errors import ConfigError, DataError
+from arag.errors import ConfigError, DataError, FolderInUse
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
@@ -336,7 +336,7 @@ def _previous_run(directory: Path) -> dict[str, Any] | None:
 
 def _lock_folder(directory: Path) -> int:
     """An exclusive lock on the folder's run.lock (a descriptor, held until closed), which then names this process;
-    a ConfigError naming the holder when another process has it."""
+    FolderInUse naming the holder when another process has it."""
     path = directory / LOCK
     try:
         descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
@@ -350,7 +350,7 @@ def _lock_folder(directory: Path) -> int:
     except BlockingIOError:
         holder = os.pread(descriptor, 200, 0).decode("utf-8", errors="replace").strip() or "unknown process"
         os.close(descriptor)
-        raise ConfigError(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
+        raise FolderInUse(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
                           "or use another --out") from None
     os.ftruncate(descriptor, 0)
     os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
