@@ -195,24 +195,38 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
-def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str) -> None:
+def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str,
+                label: str) -> None:
     """One Markdown table of every dataset's cells over its `selected` questions: scores, each one's difference
     from single-rag on the same questions with its 95 % interval, and costs per question (prompt tokens with, in
-    brackets, those llama.cpp reused from the call before)."""
+    brackets, those llama.cpp reused from the call before); then the model and the commits the rows were
+    answered at."""
     print(f"The {which} questions of each dataset\n")
     print("| dataset | program | n | failed | EM | F1 | F1 − single-rag [95 %] | match | match − single-rag [95 %] "
-          "| LM calls/q | prompt tok/q (reused) | retrievals/q |")
-    print("|---" * 12 + "|")
+          "| LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q | s/q |")
+    print("|---" * 14 + "|")
+    commits: Counter = Counter()
     for dataset, examples in selected.items():
         runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
+        commits.update(row.get("commit", "unknown") for _, rows in runs for row in rows)
         baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
         for row in table_rows(runs, METRICS, baseline):
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
             reused = f" ({row['reused_prompt_tokens']:,.0f})" if row["reused_prompt_tokens"] is not None else ""
+            calls, prompt, completion, retrievals, seconds = (
+                per_question(row[name], spec) for name, spec in (("lm_calls", ".1f"), ("prompt_tokens", ",.0f"),
+                ("completion_tokens", ",.0f"), ("retrieval_calls", ".1f"), ("seconds", ",.0f")))
             print(f"| {DATASET_NAMES[dataset]} | {row['run']} | {row['n']} | {row['failed']} | {row['em']:.3f} "
-                  f"| {row['f1']:.3f} | {f1_change} | {row['match']:.3f} | {match_change} | {row['lm_calls']:.1f} "
-                  f"| {row['prompt_tokens']:,.0f}{reused} | {row['retrieval_calls']:.1f} |")
+                  f"| {row['f1']:.3f} | {f1_change} | {row['match']:.3f} | {match_change} | {calls} "
+                  f"| {prompt}{reused} | {completion} | {retrievals} | {seconds} |")
+    answered_at = ", ".join(f"{commit} ({count})" for commit, count in commits.most_common())
+    print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}.")
+
+
+def per_question(value: float | None, spec: str) -> str:
+    """A cost per question as the table prints it; — where some row lacks the count."""
+    return "—" if value is None else format(value, spec)
 
 
 def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[dspy.Example],
@@ -307,7 +321,7 @@ def main() -> int:
             print(line)
         print(f"wrote {args.train_router}")
     if args.table or args.sync:
-        print_table(results, cell_names, selected, which)
+        print_table(results, cell_names, selected, which, label)
     if args.table or args.sync or args.report or args.train_router:
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
@@ -324,7 +338,7 @@ def main() -> int:
                 print(f"{cell.name:<24}{dataset:<10}skipped: {exc}", flush=True)
                 continue
             report_cell(cell.name, dataset, examples, kept)
-    print_table(results, cell_names, selected, which)
+    print_table(results, cell_names, selected, which, label)
     return 0
 
 

@@ -124,6 +124,9 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     table = from_results(tmp_path, "--table")
     lines = [line for line in table.splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[1] for line in lines] == ["program", "no-retrieval", "single-rag"]
+    assert lines[0].endswith("| compl. tok/q | retrievals/q | s/q |")
+    assert [line.split(" | ")[-2] for line in lines[1:]] == ["0.0", "1.0"]  # retrievals/q, before s/q
+    assert "Model: openai-x. Commits the questions were answered at (questions): " in table
     for path in (tmp_path / "results").rglob("*.jsonl"):
         row = json.loads(path.read_text().splitlines()[0])
         assert "question" not in row and "trace" not in row and {"id", "metrics", "lm_calls"} <= row.keys()
