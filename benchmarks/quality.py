@@ -50,6 +50,7 @@ from arag.data._io import atomic_writer  # noqa: E402
 from arag.optimizers.router_training import label_runs, train_router  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
+from arag.programs.frame.params import resolve_params  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import PREDICTIONS, Run, check_run_folder, last_rows, summarize  # noqa: E402
 from arag.runs.table import table_rows  # noqa: E402
@@ -76,6 +77,13 @@ def datasets(shared: Path) -> dict[str, tuple[Path, Path, bool]]:
         "hotpotqa": (shared / "hotpotqa" / "public.jsonl", shared / "hotpotqa" / "corpus.jsonl", False),
         "popqa": (shared / "popqa_longtail" / "public.jsonl", shared / "popqa_longtail" / "corpus.jsonl", True),
     }
+
+
+def positive_int(text: str) -> int:
+    """--n's value: a whole number of questions, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of questions (a whole number, at least 1)")
+    return int(text)
 
 
 def load_questions(path: Path, with_passages: bool, n: int, last: bool = False) -> list[dspy.Example]:
@@ -253,7 +261,7 @@ def main() -> int:
     parser.add_argument("--api-base", help="an OpenAI-compatible server's URL, for --lm")
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's; 1 on a busy "
                         "machine, where threads that wait for each other lose far more than one thread gains)")
-    parser.add_argument("--n", type=int, default=20, help="the first N questions of each dataset")
+    parser.add_argument("--n", type=positive_int, default=20, help="the first N questions of each dataset")
     parser.add_argument("--last", action="store_true",
                         help="the last N questions instead: other questions than the table's, e.g. for the runs "
                              "that train adaptive-rag's router (with --runs and --results of their own)")
@@ -292,12 +300,21 @@ def main() -> int:
         raise SystemExit(f"unknown program or dataset: {', '.join(unknown)}")
     params: dict[str, dict] = {}
     for assignment in args.param:
-        target, _, value = assignment.partition("=")
-        program, _, name = target.partition(".")
-        params.setdefault(program, {})[name] = json.loads(value) if value[:1] in "0123456789-[{tfn" else value
-    cells = [Cell(name, name, params.get(name, {})) for name in programs]
-    cells += [compiled_cell(path) for path in args.compiled]
-    cells += [tuned_cell(path) for path in args.tuned]
+        target, equals, value = assignment.partition("=")
+        program, dot, name = target.partition(".")
+        if not (equals and dot and program and name):
+            raise SystemExit(f"--param {assignment!r}: expected PROGRAM.NAME=VALUE, e.g. flare.theta=0.6")
+        if program not in programs:
+            raise SystemExit(f"--param {assignment!r}: {program!r} is not one of --programs")
+        params.setdefault(program, {})[name] = value
+    try:
+        cells = [Cell(name, name, params.get(name, {})) for name in programs]
+        cells += [compiled_cell(path) for path in args.compiled]
+        cells += [tuned_cell(path) for path in args.tuned]
+        for cell in cells:  # a bad value stops here, before the model loads
+            resolve_params(arag.get_program(cell.program).params, cell.params, cell.name)
+    except arag.AragError as exc:
+        raise SystemExit(str(exc)) from None
     cell_names = [cell.name for cell in cells]
     if args.sync:
         for dataset in names:
@@ -305,6 +322,10 @@ def main() -> int:
                 sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
     sets = datasets(args.shared)
     selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.last) for name in names}
+    for name, examples in selected.items():
+        if len(examples) < args.n:
+            print(f"{name} has {len(examples)} questions, fewer than --n {args.n}: all of them are taken",
+                  file=sys.stderr)
     which = f"{'last' if args.last else 'first'} {args.n}"
     if args.report:
         for dataset in names:

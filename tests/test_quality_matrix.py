@@ -140,9 +140,18 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     assert len(data["questions"]) == 6 and all(q["question"].endswith("?") and q["answers"] for q in data["questions"])
 
 
-@pytest.mark.parametrize("bad, message", [(["--programs", "nope"], "unknown program or dataset: nope"),
-                                          (["--datasets", "trivia"], "unknown program or dataset: trivia")])
-def test_unknown_names_stop_before_any_work(tmp_path, bad, message):
+@pytest.mark.parametrize("bad, message", [
+    (["--programs", "nope"], "unknown program or dataset: nope"),
+    (["--datasets", "trivia"], "unknown program or dataset: trivia"),
+    (["--n", "0"], "'0' is not a number of questions"),
+    (["--n", "-3"], "'-3' is not a number of questions"),
+    (["--param", "flare"], "expected PROGRAM.NAME=VALUE"),
+    (["--programs", "single-rag", "--param", "flare.theta=0.5"], "'flare' is not one of --programs"),
+    (["--programs", "flare", "--param", "flare.theta=2"], "flare: parameter 'theta' must be in [0.0, 1.0], got 2.0"),
+    (["--programs", "flare", "--param", "flare.thetaa=1"], "flare: unknown parameter(s) thetaa"),
+    (["--compiled", "/no/such/file.json"], "/no/such/file.json: no such compiled program file"),
+])
+def test_bad_arguments_stop_before_any_work(tmp_path, bad, message):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results", str(tmp_path), *bad],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and message in done.stderr
