@@ -57,6 +57,12 @@ def main() -> int:
         raise SystemExit(f"no dataset at {args.dataset}")
     if min(args.skip, args.n_tune - 1, args.n_eval) < 0:
         raise SystemExit("--skip and --n-eval take 0 or more questions, --n-tune 1 or more")
+    if args.trials < 1:
+        raise SystemExit(f"--trials {args.trials}: a study needs at least 1 trial (the defaults)")
+    programs = [name.strip() for name in args.programs.split(",") if name.strip()]
+    unknown = [name for name in programs if name not in arag.PROGRAMS]
+    if unknown or not programs:
+        raise SystemExit(f"--programs: unknown {', '.join(unknown)}" if unknown else "--programs names no program")
     examples = arag.load_examples(str(args.dataset / "public.jsonl"),
                                   limit=args.skip + args.n_tune + args.n_eval)[args.skip:]
     retriever = arag.open_retriever(corpus=str(args.dataset / "corpus.jsonl"))
@@ -69,7 +75,7 @@ def main() -> int:
     print("| program | study: trials, LM calls spent, minutes | configuration | parameters | F1 tuning "
           "| EM held-out | F1 held-out | LM calls / q held-out |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in [name.strip() for name in args.programs.split(",") if name.strip()]:
+    for name in programs:
         out = args.out / name
         with isolated_cache(folder=out / "dspy-cache"), dspy.context(lm=lm):
             config = TuningConfig(trials=args.trials, out_dir=out / "study", objectives=("f1",), seed=0, plots=False)

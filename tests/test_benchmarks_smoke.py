@@ -64,3 +64,17 @@ def test_each_benchmark_reports_the_figures_its_target_is_about(quick_runs):
     retrieval = quick_runs["retrieval"].stdout
     assert "ratio bm25 single-query p50 at 3,000 passages:" in retrieval
     assert re.search(r"^\| BM25 .* \| [01]\.\d{3} \|", retrieval, re.MULTILINE)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--trials", "0"], "--trials 0: a study needs at least 1 trial"),
+    (["--programs", "flare,nope"], "--programs: unknown nope"),
+    (["--n-tune", "0"], "--n-tune 1 or more"),
+])
+def test_local_tuning_refuses_bad_arguments_before_loading_a_model(tmp_path, bad, message):
+    if not (Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa").exists():
+        pytest.skip("the shared HotpotQA dataset is not present")
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "tuning_local.py"), "--out", str(tmp_path / "out"), *bad],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and message in done.stderr
+    assert not (tmp_path / "out").exists()
