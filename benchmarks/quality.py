@@ -186,12 +186,13 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
     kept = sync(run_dir, cell_results, commit)
     todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
     if todo:
+        print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
         program = cell.build(arag.open_retriever(corpus=str(corpus)))
         run_info = {"program": program.name, "compiled": str(cell.compiled) if cell.compiled else None,
                     "params": program.config, "dataset": dataset, "lm": lm.model}
         with isolated_cache(), dspy.context(lm=lm):
-            arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info, progress=False,
-                          max_errors=None)
+            arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info,
+                          progress=sys.stderr.isatty(), max_errors=None)
         kept = sync(run_dir, cell_results, commit)
     return kept
 

@@ -3,6 +3,7 @@ question twice and ends with the same results as an uninterrupted run."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -101,19 +102,25 @@ def test_a_killed_matrix_resumes_without_repeating_a_question(shared_dataset, tm
     assert "| HotpotQA | single-rag | 6 | 0 |" in table and "| F1 − single-rag [95 %] |" in table
 
 
-def test_two_processes_share_a_matrix_without_answering_a_question_twice(shared_dataset, tmp_path):
+def test_a_cell_another_process_runs_is_skipped_and_two_processes_share_a_matrix(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
+    held = tmp_path / "shared" / "runs" / "hotpotqa" / "single-rag"
+    held.mkdir(parents=True)
     with OpenAICompatibleServer(slow_answer) as server:
         finish(matrix(server, tmp_path / "alone"))
         calls_alone = len(server.requests)
-        workers = [matrix(server, tmp_path / "shared") for _ in range(2)]
-        outputs = [finish(worker) for worker in workers]
+        with open(held / "run.lock", "w") as lock:  # as another process running that cell holds it
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out = finish(matrix(server, tmp_path / "shared"))
+        assert "is in use by another arag run" in next(line for line in out.splitlines() if "skipped" in line)
+        assert len(server.requests) - calls_alone == 6  # no-retrieval's questions only
+        workers = [matrix(server, tmp_path / "shared") for _ in range(2)]  # single-rag's 6 left to share
+        for worker in workers:
+            finish(worker)
         calls_shared = len(server.requests) - calls_alone
 
-    assert calls_shared == calls_alone == 12
+    assert calls_shared == calls_alone == 12  # whichever took which cell, no question was answered twice
     assert results(tmp_path / "shared") == results(tmp_path / "alone")
-    skipped = [line for out in outputs for line in out.splitlines() if "skipped" in line]
-    assert skipped and all("is in use by another arag run (pid " in line for line in skipped)
     assert "| HotpotQA | single-rag | 6 | 0 |" in from_results(tmp_path / "shared", "--table")
 
 
