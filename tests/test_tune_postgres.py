@@ -93,4 +93,4 @@ def test_two_workers_complete_exactly_n_trials_of_one_study_none_twice(tmp_path)
         workers_seen = {t.user_attrs["arag"]["worker"] for t in finished if t.number in numbers}
         assert len(workers_seen) == 1, f"worker {number}'s trials name several processes: {workers_seen}"
     others = [t for t in trials if t not in finished]
-    assert all(t.user_attrs.get("arag", {}).get("note") == "over budget: not run" for t in others)
+    assert all(t.user_attrs.get("arag", {}).get("note") == "study full: not run" for t in others)
