@@ -282,8 +282,8 @@ def main() -> int:
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
     parser.add_argument("--table", action="store_true", help="only print the table of what the results hold")
     parser.add_argument("--report", type=Path, metavar="FOLDER",
-                        help="only write FOLDER/DATASET.html from the results: `arag report`'s page of quality "
-                             "against cost, one per dataset")
+                        help="only write FOLDER/DATASET.html from the results (FOLDER is created if missing): "
+                             "`arag report`'s page of quality against cost, one per dataset")
     parser.add_argument("--train-router", type=Path, metavar="FILE",
                         help="only train adaptive-rag's router on the results of no-retrieval, single-rag and ircot "
                              "(the router's own: with --last and their --results) and write it to FILE")
@@ -308,14 +308,11 @@ def main() -> int:
         if program not in programs:
             raise SystemExit(f"--param {assignment!r}: {program!r} is not one of --programs")
         params.setdefault(program, {})[name] = value
-    try:
-        cells = [Cell(name, name, params.get(name, {})) for name in programs]
-        cells += [compiled_cell(path) for path in args.compiled]
-        cells += [tuned_cell(path) for path in args.tuned]
-        for cell in cells:  # a bad value stops here, before the model loads
-            resolve_params(arag.get_program(cell.program).params, cell.params, cell.name)
-    except arag.AragError as exc:
-        raise SystemExit(str(exc)) from None
+    cells = [Cell(name, name, params.get(name, {})) for name in programs]
+    cells += [compiled_cell(path) for path in args.compiled]
+    cells += [tuned_cell(path) for path in args.tuned]
+    for cell in cells:  # a bad value stops here, before the model loads
+        resolve_params(arag.get_program(cell.program).params, cell.params, cell.name)
     cell_names = [cell.name for cell in cells]
     if args.sync:
         for dataset in names:
@@ -329,6 +326,9 @@ def main() -> int:
                   file=sys.stderr)
     which = f"{'last' if args.last else 'first'} {args.n}"
     if args.report:
+        if args.report.exists() and not args.report.is_dir():
+            raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")
+        args.report.mkdir(parents=True, exist_ok=True)
         for dataset in names:
             check_out(args.report / f"{dataset}.html")
         for dataset, examples in selected.items():
@@ -365,4 +365,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except arag.AragError as exc:  # bad input: one line naming it, no traceback
+        sys.exit(str(exc))

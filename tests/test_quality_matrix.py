@@ -139,7 +139,6 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
         assert "question" not in row and "trace" not in row and {"id", "metrics", "lm_calls"} <= row.keys()
 
     pytest.importorskip("plotly")
-    (tmp_path / "report").mkdir()
     from_results(tmp_path, "--report", str(tmp_path / "report"), programs="no-retrieval,single-rag,ircot")
     data = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())
     assert [run["program"] for run in data["runs"]] == ["no-retrieval", "single-rag"]  # ircot has no results
@@ -157,6 +156,7 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--programs", "flare", "--param", "flare.theta=2"], "flare: parameter 'theta' must be in [0.0, 1.0], got 2.0"),
     (["--programs", "flare", "--param", "flare.thetaa=1"], "flare: unknown parameter(s) thetaa"),
     (["--compiled", "/no/such/file.json"], "/no/such/file.json: no such compiled program file"),
+    (["--report", str(ROOT / "pyproject.toml")], "pyproject.toml is a file; give the folder"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, bad, message):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results", str(tmp_path), *bad],
