@@ -65,6 +65,7 @@ DATASET_NAMES = {"hotpotqa": "HotpotQA", "popqa": "PopQA"}
 ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
          "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
          "adaptive-rag")
+ANSWERED_AT = "answered-at"  # in a run folder: the commit of the process answering its questions
 KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens",
         "retrieval_calls", "distinct_passages", "seconds", "error_kind", "error_step")
 
@@ -136,6 +137,15 @@ def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
     return kept
 
 
+def answering_commit(run_dir: Path) -> str:
+    """The commit of the process that answers (or last answered) the run folder's questions, which --sync gives
+    the rows it copies: a process syncing from another checkout runs other code than the rows'."""
+    try:
+        return (run_dir / ANSWERED_AT).read_text().strip() or current_commit()
+    except FileNotFoundError:
+        return current_commit()
+
+
 def current_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -187,6 +197,8 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
     todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
     if todo:
         print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / ANSWERED_AT).write_text(commit + "\n")
         program = cell.build(arag.open_retriever(corpus=str(corpus)))
         run_info = {"program": program.name, "compiled": str(cell.compiled) if cell.compiled else None,
                     "params": program.config, "dataset": dataset, "lm": lm.model}
@@ -317,7 +329,8 @@ def main() -> int:
     if args.sync:
         for dataset in names:
             for cell in cell_names:
-                sync(runs / dataset / cell, results / dataset / f"{cell}.jsonl", current_commit())
+                run_dir = runs / dataset / cell
+                sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
     sets = datasets(args.shared)
     selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.last) for name in names}
     for name, examples in selected.items():

@@ -124,6 +124,21 @@ def test_a_cell_another_process_runs_is_skipped_and_two_processes_share_a_matrix
     assert "| HotpotQA | single-rag | 6 | 0 |" in from_results(tmp_path / "shared", "--table")
 
 
+def test_sync_gives_rows_the_commit_of_the_process_that_answered_them(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path))
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    cell = tmp_path / "runs" / "hotpotqa" / "single-rag"
+    assert (cell / "answered-at").read_text() == head
+    (cell / "answered-at").write_text("abc1234\n")  # answered by another checkout's code, synced from this one
+    (tmp_path / "results" / "hotpotqa" / "single-rag.jsonl").unlink()
+    from_results(tmp_path, "--sync", "--runs", str(tmp_path / "runs"))
+    commits = {path.stem: {json.loads(line)["commit"] for line in path.read_text().splitlines()}
+               for path in (tmp_path / "results" / "hotpotqa").glob("*.jsonl")}
+    assert commits == {"single-rag": {"abc1234"}, "no-retrieval": {head.strip()}}
+
+
 def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     with OpenAICompatibleServer(slow_answer) as server:
