@@ -1,6 +1,7 @@
 """The baselines FLARE is compared with: previous-window, previous-sentence, Self-Ask and ReAct."""
 
 import json
+import logging.handlers
 import uuid
 import zlib
 
@@ -298,9 +299,17 @@ def test_react_stops_at_max_iters():
 
 def test_react_ends_the_trajectory_when_the_model_repeats_a_search():
     """The 1.5B model searched one query seven times, to the step cap: the repeat ends the trajectory and the
-    answer is extracted from what was read; stop_repeated=false runs to max_iters, as the paper."""
+    answer is extracted from what was read, with no warning (the trace says it); stop_repeated=false runs to
+    max_iters, as the paper."""
     again = [FOLLOW_UPS[0]] * 10
-    prediction, engine, retriever = run(ReActSearch, react_agent(again, []), max_iters=5)
+    warnings = logging.handlers.BufferingHandler(100)
+    react_logger = logging.getLogger("dspy.predict.react")
+    react_logger.addHandler(warnings)
+    try:
+        prediction, engine, retriever = run(ReActSearch, react_agent(again, []), max_iters=5)
+    finally:
+        react_logger.removeHandler(warnings)
+    assert warnings.buffer == []
     assert retriever.queries == FOLLOW_UPS[:1]
     assert len(steps_of(prediction, Act)) == 2 and engine.count == prediction.lm_calls == 2 + 1
     assert steps_of(prediction, Stop)[0]["reason"] == StopReason.REPEATED_ACTION

@@ -21,6 +21,7 @@ as the paper does.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,6 +85,25 @@ class ObservedTool(dspy.Tool):
         return result
 
 
+class EndTrajectory(ValueError):
+    """Ends `dspy.ReAct`'s loop (which ends on any ValueError) at a step the trace already records: an unreadable
+    step or a repeated tool call. DSPy's warning for that ending ("failed to select a valid tool", with a
+    traceback) is dropped, as the trace says what happened."""
+
+    MARK = "[trajectory ended]"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{self.MARK} {why}")
+
+
+class DropEndTrajectoryWarnings(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return EndTrajectory.MARK not in record.getMessage()
+
+
+logging.getLogger("dspy.predict.react").addFilter(DropEndTrajectoryWarnings())
+
+
 class _ReAct(dspy.ReAct):
     """`dspy.ReAct` with each tool's arguments decoded under that tool's schema and every step recorded.
 
@@ -108,7 +128,7 @@ class _ReAct(dspy.ReAct):
                 raise
             note(Unreadable(signature=module.signature.__name__, fallback="end the trajectory",
                             error=str(exc).splitlines()[0][:ERROR_CHARS]))
-            raise ValueError(str(exc)) from exc
+            raise EndTrajectory(str(exc)) from exc
         if module is self.react:
             act = Act(thought=prediction.next_thought, tool=prediction.next_tool_name,
                       args=dict(prediction.next_tool_args))
@@ -116,7 +136,7 @@ class _ReAct(dspy.ReAct):
             note(act)
             if self.stop_repeated and act.tool != "finish" and (act.tool, act.args) in earlier:
                 note(Stop(reason=StopReason.REPEATED_ACTION))
-                raise ValueError(f"{act.tool} called again with {act.args}")
+                raise EndTrajectory(f"{act.tool} called again with {act.args}")
         return prediction
 
 
