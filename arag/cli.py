@@ -283,6 +283,17 @@ def table_command(runs: tuple[str, ...], baseline: str | None, metrics: tuple[st
     click.echo(markdown(rows, chosen, base))
 
 
+@main.command("decisions")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+def decisions_command(runs: tuple[str, ...]) -> None:
+    """Print what the programs of RUNS (folders written by `arag eval --out`) decided, from their traces: for each
+    step that records a choice (CRAG's action, Self-RAG's retrieval decision, FLARE's retrieval before a sentence,
+    why a loop stopped, ...), how often each value was taken, per question, and in how many questions."""
+    from arag.runs import load_runs
+    from arag.runs.decisions import markdown
+
+    click.echo(markdown([(run.name, run.rows) for run in load_runs(runs)]))
+
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,6 @@
 """Evaluation runs: the folder `arag eval --out` writes, read and written only through `folder`, and tables that
-compare runs with bootstrap intervals (`table`, for `arag table`)."""
+compare runs with bootstrap intervals (`table`, for `arag table`) or count their decisions (`decisions`, for
+`arag decisions`)."""
 
 from arag.runs.folder import (
     COUNTS,

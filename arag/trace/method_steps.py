@@ -27,7 +27,7 @@ class Evaluate(Step, kind="evaluate"):
 
 
 @declared
-class Action(Step, kind="action"):
+class Action(Step, kind="action", decision="action"):
     """CRAG: the action the highest score triggers, and the thresholds."""
 
     action: str
@@ -48,7 +48,7 @@ class Refine(Step, kind="refine"):
 
 
 @declared
-class Search(Step, kind="search"):
+class Search(Step, kind="search", decision="reason"):
     """CRAG: a knowledge search that was skipped, and why."""
 
     skipped: bool
@@ -83,7 +83,7 @@ class Contexts(Step, kind="contexts"):
 
 
 @declared
-class RetrievalDecision(Step, kind="retrieval_decision"):
+class RetrievalDecision(Step, kind="retrieval_decision", decision="decision"):
     """Self-RAG: whether to retrieve before the next segment."""
 
     depth: int
@@ -173,7 +173,7 @@ class Note(Step, kind="note"):
 
 
 @declared
-class Query(Step, kind="query"):
+class Query(Step, kind="query", decision="repeated"):
     """Adaptive-Note: a proposed query, and whether it repeats one already asked."""
 
     iteration: int
@@ -182,7 +182,7 @@ class Query(Step, kind="query"):
 
 
 @declared
-class Review(Step, kind="review"):
+class Review(Step, kind="review", decision="better"):
     """Adaptive-Note: whether the updated note is better than the best one."""
 
     iteration: int
@@ -194,7 +194,7 @@ class Review(Step, kind="review"):
 
 
 @declared
-class Deduce(Step, kind="deduce"):
+class Deduce(Step, kind="deduce", decision="finished"):
     """GenGround: the next sub-question and the model's own answer, or the final answer."""
 
     hop: int
@@ -205,7 +205,7 @@ class Deduce(Step, kind="deduce"):
 
 
 @declared
-class Ground(Step, kind="ground"):
+class Ground(Step, kind="ground", decision="evidence_found"):
     """GenGround: one batch of passages grounding a deduced answer: the call's inputs and outputs."""
 
     hop: int
@@ -217,7 +217,7 @@ class Ground(Step, kind="ground"):
 
 
 @declared
-class Hop(Step, kind="hop"):
+class Hop(Step, kind="hop", decision="revised"):
     """GenGround: a hop's outcome: the batches tried, the evidence and the answer kept."""
 
     hop: int
@@ -250,7 +250,7 @@ class Summary(Step, kind="summary"):
 
 
 @declared
-class Validity(Step, kind="validity"):
+class Validity(Step, kind="validity", decision="supports"):
     """SuRe: whether a candidate's summary supports it, and its validity score."""
 
     candidate_index: int
@@ -279,7 +279,7 @@ class Compare(Step, kind="compare"):
 
 
 @declared
-class Select(Step, kind="select"):
+class Select(Step, kind="select", decision="reason"):
     """SuRe: the candidate chosen, and why (with the scores that decided)."""
 
     reason: str

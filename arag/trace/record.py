@@ -36,18 +36,25 @@ class DescribedEnum(str, Enum):
 
 def declared(cls: type[Step]) -> type[Step]:
     """A step kind's class as a frozen, keyword-only dataclass."""
-    return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    if cls.decision_field is not None and cls.decision_field not in {f.name for f in dataclasses.fields(cls)}:
+        raise TypeError(f"{cls.__name__}: its decision {cls.decision_field!r} is none of its fields")
+    return cls
 
 
 @dataclasses.dataclass(frozen=True)
 class Step:
     """One step of a program call. A subclass declares one kind (`@declared class Answer(Step, kind="answer")`);
-    a field whose default is `ABSENT` is an optional fact, left out when not given."""
+    a field whose default is `ABSENT` is an optional fact, left out when not given. A kind that records a choice
+    the program made names the field holding it (`decision="action"`): `arag decisions` counts its values."""
 
     kind: ClassVar[str]
+    decision_field: ClassVar[str | None] = None
 
-    def __init_subclass__(cls, kind: str | None = None, **rest: Any) -> None:
+    def __init_subclass__(cls, kind: str | None = None, decision: str | None = None, **rest: Any) -> None:
         super().__init_subclass__(**rest)
+        if decision is not None:
+            cls.decision_field = decision
         if kind is not None:
             if kind in STEP_KINDS:
                 raise TypeError(f"step kind {kind!r} is declared twice")

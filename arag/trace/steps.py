@@ -69,7 +69,7 @@ class Answer(Step, kind="answer"):
 
 
 @declared
-class Stop(Step, kind="stop"):
+class Stop(Step, kind="stop", decision="reason"):
     """Why a loop ended, with the counts that led there."""
 
     reason: StopReason
@@ -96,7 +96,7 @@ class Unreadable(Step, kind="unreadable"):
 
 
 @declared
-class PieceStep(Step):
+class PieceStep(Step, decision="retrieved"):
     """A piece of a long answer: its text and tokens, and the retrieval made for it."""
 
     index: int
@@ -166,7 +166,7 @@ class FollowUp(Step, kind="follow_up"):
 
 
 @declared
-class Act(Step, kind="act"):
+class Act(Step, kind="act", decision="tool"):
     """ReAct: a thought and the tool call it chose."""
 
     thought: str
@@ -184,7 +184,7 @@ class Observation(Step, kind="observation"):
 
 
 @declared
-class Route(Step, kind="route"):
+class Route(Step, kind="route", decision="label"):
     """Adaptive-RAG: the complexity label and the strategy it chose."""
 
     label: str
