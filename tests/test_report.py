@@ -175,6 +175,9 @@ def test_bad_input_gets_one_error_line_naming_the_problem(tmp_path):
     (tmp_path / "empty").mkdir()
     assert "is not a run folder: it has no run.json and no predictions.jsonl" in cli_error(tmp_path / "empty",
                                                                                           "--out", out)
+    (tmp_path / "starting").mkdir()
+    (tmp_path / "starting" / "run.json").write_text('{"program": "crag"}')  # no question finished yet
+    assert "holds no rows: the run has not finished a question yet" in cli_error(tmp_path / "starting", "--out", out)
     assert "given twice" in cli_error(run, tmp_path / "." / "run", "--out", out)
     assert f"folder {tmp_path / 'nowhere'} does not exist" in cli_error(run, "--out", tmp_path / "nowhere" / "r.html")
     assert "is a folder" in cli_error(run, "--out", tmp_path)

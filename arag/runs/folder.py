@@ -171,11 +171,11 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
         what = "it is a file" if folder.exists() else "it does not exist"
         raise ConfigError(f"{folder} is not a run folder: {what} (a run is a folder written by `arag eval --out`)")
     missing = [file for file in (RUN, PREDICTIONS) if not (folder / file).is_file()]
-    if missing:
+    if RUN in missing:
         raise ConfigError(f"{folder} is not a run folder: it has no {' and no '.join(missing)} "
                           "(a run is a folder written by `arag eval --out`)")
     info = read_run_info(folder) or {}
-    rows = last_rows(folder)
+    rows = [] if missing else last_rows(folder)
     if not rows:
         raise DataError(f"{folder / PREDICTIONS} holds no rows: the run has not finished a question yet")
     written = _json_object(folder / SUMMARY, "a run summary") if (folder / SUMMARY).is_file() else {}
