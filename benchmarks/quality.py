@@ -23,8 +23,8 @@ on other questions than the table's), --tuned FILE one for a program's parameter
 (`benchmarks/tuning_local.py --skip 20`).
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
-no-retrieval, single-rag and ircot on the last questions of each dataset (`--last --n 30 --runs runs/router/MODEL
---results benchmarks/results/router/MODEL`), then `--train-router router.json` with the same --last, --n and
+no-retrieval, single-rag and ircot on the questions after the table's (`--skip 20 --n 30 --runs runs/router/MODEL
+--results benchmarks/results/router/MODEL`), then `--train-router router.json` with the same --skip, --n and
 --results (or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
 """
 
@@ -87,12 +87,19 @@ def positive_int(text: str) -> int:
     return int(text)
 
 
-def load_questions(path: Path, with_passages: bool, n: int, last: bool = False) -> list[dspy.Example]:
-    """The first n questions (or the last n) in the file's order."""
+def non_negative_int(text: str) -> int:
+    """--skip's value: a whole number of questions, 0 or more."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of questions (a whole number, 0 or more)")
+    return int(text)
+
+
+def load_questions(path: Path, with_passages: bool, n: int, skip: int = 0) -> list[dspy.Example]:
+    """The n questions after the first `skip`, in the file's order."""
     examples = arag.load_examples(str(path))
     if with_passages:
         examples = [e for e in examples if getattr(e, "passages", None)]
-    return examples[-n:] if last else examples[:n]
+    return examples[skip:skip + n]
 
 
 def compact(row: dict, commit: str) -> dict:
@@ -222,7 +229,7 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     from single-rag on the same questions with its 95 % interval, and costs per question (prompt tokens with, in
     brackets, those llama.cpp reused from the call before); then the model and the commits the rows were
     answered at."""
-    print(f"The {which} questions of each dataset\n")
+    print(f"The {which} of each dataset\n")
     print("| dataset | program | n | failed | EM | F1 | F1 − single-rag [95 %] | match | match − single-rag [95 %] "
           "| LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q | s/q |")
     print("|---" * 14 + "|")
@@ -275,9 +282,10 @@ def main() -> int:
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's; 1 on a busy "
                         "machine, where threads that wait for each other lose far more than one thread gains)")
     parser.add_argument("--n", type=positive_int, default=20, help="the first N questions of each dataset")
-    parser.add_argument("--last", action="store_true",
-                        help="the last N questions instead: other questions than the table's, e.g. for the runs "
-                             "that train adaptive-rag's router (with --runs and --results of their own)")
+    parser.add_argument("--skip", type=non_negative_int, default=0, metavar="M",
+                        help="take the N questions after the first M: other questions than the table's, e.g. "
+                             "--skip 20 for the runs that train adaptive-rag's router (with --runs and --results "
+                             "of their own)")
     parser.add_argument("--programs", default=",".join(ORDER), help="comma-separated, run in this order")
     parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
@@ -298,7 +306,7 @@ def main() -> int:
                              "`arag report`'s page of quality against cost, one per dataset")
     parser.add_argument("--train-router", type=Path, metavar="FILE",
                         help="only train adaptive-rag's router on the results of no-retrieval, single-rag and ircot "
-                             "(the router's own: with --last and their --results) and write it to FILE")
+                             "(the router's own: with --skip and their --results) and write it to FILE")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -332,12 +340,13 @@ def main() -> int:
                 run_dir = runs / dataset / cell
                 sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
     sets = datasets(args.shared)
-    selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.last) for name in names}
+    selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.skip) for name in names}
     for name, examples in selected.items():
         if len(examples) < args.n:
-            print(f"{name} has {len(examples)} questions, fewer than --n {args.n}: all of them are taken",
+            print(f"{name} has {len(examples)} questions after --skip {args.skip}, fewer than --n {args.n}: "
+                  "all of them are taken",
                   file=sys.stderr)
-    which = f"{'last' if args.last else 'first'} {args.n}"
+    which = f"questions {args.skip + 1} to {args.skip + args.n}" if args.skip else f"first {args.n} questions"
     if args.report:
         if args.report.exists() and not args.report.is_dir():
             raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")

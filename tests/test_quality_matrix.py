@@ -166,6 +166,7 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--datasets", "trivia"], "unknown program or dataset: trivia"),
     (["--n", "0"], "'0' is not a number of questions"),
     (["--n", "-3"], "'-3' is not a number of questions"),
+    (["--skip", "-1"], "'-1' is not a number of questions (a whole number, 0 or more)"),
     (["--param", "flare"], "expected PROGRAM.NAME=VALUE"),
     (["--programs", "single-rag", "--param", "flare.theta=0.5"], "'flare' is not one of --programs"),
     (["--programs", "flare", "--param", "flare.theta=2"], "flare: parameter 'theta' must be in [0.0, 1.0], got 2.0"),
@@ -220,10 +221,13 @@ def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path
 def test_the_router_trains_on_the_results_alone(shared_dataset, tmp_path):
     shared_dataset("hotpotqa"), shared_dataset("popqa_longtail")
     with OpenAICompatibleServer(last_word) as server:
-        finish(matrix(server, tmp_path, "--last", "--n", "4", "--programs", "no-retrieval,single-rag,ircot",
+        finish(matrix(server, tmp_path, "--skip", "20", "--n", "4", "--programs", "no-retrieval,single-rag,ircot",
                       "--datasets", "hotpotqa,popqa"))
+    answered = [json.loads(row)["id"] for row in open(tmp_path / "results" / "hotpotqa" / "no-retrieval.jsonl")]
+    in_file = [json.loads(row)["id"] for row in open(shared_dataset("hotpotqa") / "public.jsonl")]
+    assert sorted(answered) == sorted(in_file[20:24])  # the 4 questions after the table's 20
     shutil.rmtree(tmp_path / "runs")  # another machine: the results alone
-    out = from_results(tmp_path, "--last", "--train-router", str(tmp_path / "router.json"), n="4",
+    out = from_results(tmp_path, "--skip", "20", "--train-router", str(tmp_path / "router.json"), n="4",
                        programs="no-retrieval,single-rag,ircot", datasets="hotpotqa,popqa")
     router = json.loads((tmp_path / "router.json").read_text())
     # every strategy answered wrong: a multi-hop question is labelled C, a single-hop one B
