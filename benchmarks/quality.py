@@ -22,10 +22,11 @@ the same questions, and its costs per question; --report FOLDER draws the same r
 on other questions than the table's), --tuned FILE one for a program's parameters tuned on other questions
 (`benchmarks/tuning_local.py --skip 20`).
 
-adaptive-rag's row needs a router trained on this model's runs over other questions than the table's: run
-no-retrieval, single-rag and ircot on the questions after the table's (`--skip 20 --n 30 --runs runs/router/MODEL
---results benchmarks/results/router/MODEL`), then `--train-router router.json` with the same --skip, --n and
---results (or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
+adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
+`--router-labels` runs what its labels need on the questions after the table's (`--skip 20 --n 30 --runs
+runs/router/MODEL --results benchmarks/results/router/MODEL`): no-retrieval and single-rag on each, ircot on those
+whose label their answers leave open; then `--train-router router.json` with the same --skip, --n and --results
+(or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import dspy  # noqa: E402
 
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
-from arag.optimizers.router_training import label_runs, train_router  # noqa: E402
+from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.programs.frame.params import resolve_params  # noqa: E402
@@ -274,6 +275,16 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
     return runs
 
 
+def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label: str) -> list[dspy.Example]:
+    """Those of `examples` whose router label waits on the multi-step strategy, read from the results of the
+    simpler two (a question they have not both answered yet is left for a later run)."""
+    simpler = [Cell(STRATEGIES[strategy], STRATEGIES[strategy]) for strategy in sorted(STRATEGIES)
+               if strategy != MULTI_STEP]
+    runs = result_runs(results, simpler, dataset, examples, label)
+    needed = questions_needing_multi_step(runs) if len(runs) == len(simpler) else set()
+    return [e for e in examples if e.id in needed]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a name of `arag models`")
@@ -286,7 +297,11 @@ def main() -> int:
                         help="take the N questions after the first M: other questions than the table's, e.g. "
                              "--skip 20 for the runs that train adaptive-rag's router (with --runs and --results "
                              "of their own)")
-    parser.add_argument("--programs", default=",".join(ORDER), help="comma-separated, run in this order")
+    parser.add_argument("--programs", help="comma-separated, run in this order (default: every program)")
+    parser.add_argument("--router-labels", action="store_true",
+                        help="run what adaptive-rag's router learns from, with --skip and --runs and --results of "
+                             "their own: no-retrieval and single-rag on every question, ircot on those whose label "
+                             "their answers leave open (a single-hop question both missed)")
     parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
@@ -314,7 +329,10 @@ def main() -> int:
     label = args.lm.replace("/", "-") if args.lm else args.model
     runs = args.runs or ROOT / "runs" / "quality" / label
     results = args.results or ROOT / "benchmarks" / "results" / "quality" / label
-    programs = [name.strip() for name in args.programs.split(",") if name.strip()]
+    if args.router_labels and args.programs is not None:
+        raise SystemExit("--router-labels runs the router's own strategies: give it without --programs")
+    chosen = ",".join(STRATEGIES.values()) if args.router_labels else args.programs
+    programs = [name.strip() for name in (ORDER if chosen is None else chosen.split(",")) if name.strip()]
     names = [name.strip() for name in args.datasets.split(",") if name.strip()]
     unknown = sorted(set(programs) - set(arag.PROGRAMS)) + sorted(set(names) - set(datasets(args.shared)))
     if unknown:
@@ -376,6 +394,8 @@ def main() -> int:
                   "this model's runs over other questions)", flush=True)
             continue
         for dataset, examples in selected.items():
+            if args.router_labels and cell.program == STRATEGIES[MULTI_STEP]:
+                examples = label_needs(results, dataset, examples, label)
             try:
                 kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
             except arag.FolderInUse as exc:

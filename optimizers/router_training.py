@@ -7,11 +7,12 @@ The runs are folders written by `arag eval`: for each dataset, one run of each s
 `single-rag`, `ircot`) over the same questions. Each question is labelled as the paper labels it: A when the
 no-retrieval run answered it correctly (its `--metric` at least `--correct-at`, 1 by default), else B when the
 single-step run did, else C when the multi-step run did; when none did, by its dataset's nature: B for a
-single-hop set, C for a multi-hop one.
+single-hop set, C for a multi-hop one. So the multi-step run decides a label only for a single-hop question that
+the other two missed (`needs_multi_step`): elsewhere it may be absent, and on a multi-hop set it is not needed.
 A seeded share of the questions (`--held-out`) is kept apart; a logistic regression over all-MiniLM-L6-v2
 embeddings of the other questions is fitted and saved. On the held-apart questions: the router's accuracy (next
-to always answering the most frequent label), and what routing would have cost and scored, read from the runs,
-against always the multi-step strategy.
+to always answering the most frequent label), and, on those the multi-step run answered, what routing would have
+cost and scored, read from the runs, against always the multi-step strategy.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class LabelledQuestion:
     dataset: str
     label: str
     by: str  # "answer": the simplest strategy that answered correctly; "dataset": the dataset's nature
-    lm_calls: Mapping[str, int]
+    lm_calls: Mapping[str, int]  # by label; no MULTI_STEP entry where its run did not answer the question
     scores: Mapping[str, float]
 
 
@@ -63,6 +64,7 @@ class RouterReport:
     accuracy: float
     majority_label: str
     majority_accuracy: float
+    compared: int  # held-apart questions the multi-step run answered: the cost and score figures are theirs
     lm_calls_routed: float
     lm_calls_multi_step: float
     score_routed: float
@@ -71,18 +73,25 @@ class RouterReport:
     correct_at: float
 
     def lines(self) -> list[str]:
-        saved = 1 - self.lm_calls_routed / self.lm_calls_multi_step if self.lm_calls_multi_step else 0.0
         labels = ", ".join(f"{label} {self.labels.get(label, 0)}" for label in sorted(STRATEGIES))
-        return [
+        lines = [
             f"labelled {self.questions} questions: {labels} (by a correct answer {self.labelled_by.get('answer', 0)}"
             f", by the dataset's nature {self.labelled_by.get('dataset', 0)}; correct: {self.metric} >= "
             f"{self.correct_at:g})",
             f"trained on {self.trained_on}, held apart {self.held_out}",
             f"router accuracy on the held-apart questions: {self.accuracy:.3f} "
             f"(always {self.majority_label}, the most frequent training label: {self.majority_accuracy:.3f})",
-            f"LM calls per held-apart question: routed {self.lm_calls_routed:.2f}, always multi-step "
+        ]
+        if not self.compared:
+            return [*lines, "no held-apart question has a multi-step answer to compare routing's cost with"]
+        saved = 1 - self.lm_calls_routed / self.lm_calls_multi_step if self.lm_calls_multi_step else 0.0
+        which = (f" with a multi-step answer ({self.compared} of {self.held_out})" if self.compared < self.held_out
+                 else "")
+        return [
+            *lines,
+            f"LM calls per held-apart question{which}: routed {self.lm_calls_routed:.2f}, always multi-step "
             f"{self.lm_calls_multi_step:.2f} ({saved:.0%} saved; the router itself makes none)",
-            f"{self.metric} on the held-apart questions: routed {self.score_routed:.3f}, always multi-step "
+            f"{self.metric} on the held-apart questions{which}: routed {self.score_routed:.3f}, always multi-step "
             f"{self.score_multi_step:.3f}",
         ]
 
@@ -114,10 +123,58 @@ def dataset_hops(name: str, given: Mapping[str, str]) -> str:
     raise ConfigError(f"dataset {name!r}: is it single- or multi-hop? say so with --hops {name}=single|multi")
 
 
+def silver_label(scores: Mapping[str, float], nature: str, correct_at: float = 1.0) -> tuple[str, str] | None:
+    """(label, by) from each strategy's score on a question (by label; MULTI_STEP's may be absent): the simplest
+    strategy that answered (by "answer"), else the dataset's nature (by "dataset"); None while the label waits on
+    the multi-step score, which decides only a single-hop question the other two missed."""
+    for label in sorted(STRATEGIES):
+        if label in scores and scores[label] >= correct_at:
+            return label, "answer"
+    if MULTI_STEP not in scores and UNANSWERED_LABEL[nature] != MULTI_STEP:
+        return None
+    return UNANSWERED_LABEL[nature], "dataset"
+
+
 def label_runs(runs: Sequence[str | Path | Run], metric: str = "em", hops: Mapping[str, str] | None = None,
                correct_at: float = 1.0) -> list[LabelledQuestion]:
-    """The questions that every strategy's run of their dataset holds, each with its silver label (a strategy
-    answered correctly when its `metric` is at least `correct_at`). `runs`: run folders, or runs already loaded."""
+    """The questions that the no-retrieval and single-step runs of their dataset both hold, each with its silver
+    label (a strategy answered correctly when its `metric` is at least `correct_at`), less those whose label waits
+    on a multi-step answer the runs lack. `runs`: run folders, or runs already loaded."""
+    labelled = []
+    for question in _scored_questions(runs, metric, hops):
+        silver = silver_label(question.scores, question.nature, correct_at)
+        if silver is not None:
+            labelled.append(LabelledQuestion(
+                id=question.id, question=question.question, dataset=question.dataset, label=silver[0], by=silver[1],
+                lm_calls=question.lm_calls, scores=question.scores))
+    if not labelled:
+        raise ConfigError("no question can be labelled: the no-retrieval and single-step runs share none, or every "
+                          "one they share waits on a multi-step answer the runs lack")
+    return labelled
+
+
+def questions_needing_multi_step(runs: Sequence[str | Path | Run], metric: str = "em",
+                                 hops: Mapping[str, str] | None = None, correct_at: float = 1.0) -> set[str]:
+    """The ids of the questions whose label waits on a multi-step answer: on a single-hop set, those that the
+    no-retrieval and single-step runs both hold and both missed. `runs`: theirs (a multi-step run is ignored)."""
+    return {question.id for question in _scored_questions(runs, metric, hops)
+            if silver_label({label: score for label, score in question.scores.items() if label != MULTI_STEP},
+                            question.nature, correct_at) is None}
+
+
+@dataclass(frozen=True)
+class _ScoredQuestion:
+    id: str
+    question: str
+    dataset: str
+    nature: str
+    lm_calls: dict[str, int]  # by label, for the runs that hold the question
+    scores: dict[str, float]
+
+
+def _scored_questions(runs: Sequence[str | Path | Run], metric: str, hops: Mapping[str, str] | None):
+    """Every question that its dataset's no-retrieval and single-step runs both hold, with each run's score and
+    LM calls on it (the multi-step run's where it holds the question too)."""
     by_dataset: dict[str, dict[str, Run]] = {}
     strategy_label = {program: label for label, program in STRATEGIES.items()}
     for given in runs:
@@ -132,28 +189,24 @@ def label_runs(runs: Sequence[str | Path | Run], metric: str = "em", hops: Mappi
         if strategy_label[program] in strategies:
             raise ConfigError(f"{folder}: a second {program} run of {dataset}")
         strategies[strategy_label[program]] = run
-    labelled = []
+    simpler = [label for label in sorted(STRATEGIES) if label != MULTI_STEP]
     for dataset, strategies in by_dataset.items():
-        missing = [STRATEGIES[label] for label in STRATEGIES if label not in strategies]
+        missing = [STRATEGIES[label] for label in simpler if label not in strategies]
         if missing:
-            raise ConfigError(f"{dataset}: no run of {', '.join(missing)}; each dataset needs a run of every strategy")
+            raise ConfigError(f"{dataset}: no run of {', '.join(missing)}; each dataset needs a run of "
+                              f"{' and '.join(STRATEGIES[label] for label in simpler)} (and of "
+                              f"{STRATEGIES[MULTI_STEP]} where their answers leave a label open)")
         name = dataset_name(dataset)
         nature = dataset_hops(name, hops or {})
         rows = {label: {row["id"]: row for row in run.rows} for label, run in strategies.items()}
-        shared = [row for row in strategies["A"].rows if all(row["id"] in rows[label] for label in STRATEGIES)]
-        for row in shared:
-            scores = {label: _score(rows[label][row["id"]], metric, strategies[label].path) for label in STRATEGIES}
-            answered = [label for label in sorted(STRATEGIES) if scores[label] >= correct_at]
-            labelled.append(LabelledQuestion(
-                id=str(row["id"]), question=row["question"], dataset=name,
-                label=answered[0] if answered else UNANSWERED_LABEL[nature],
-                by="answer" if answered else "dataset",
-                lm_calls={label: int(rows[label][row["id"]].get("lm_calls", 0)) for label in STRATEGIES},
-                scores=scores,
-            ))
-    if not labelled:
-        raise ConfigError("the runs share no question: run every strategy over the same questions")
-    return labelled
+        for row in strategies[simpler[0]].rows:
+            held = [label for label in sorted(strategies) if row["id"] in rows[label]]
+            if not all(label in held for label in simpler):
+                continue
+            yield _ScoredQuestion(
+                id=str(row["id"]), question=row["question"], dataset=name, nature=nature,
+                lm_calls={label: int(rows[label][row["id"]].get("lm_calls", 0)) for label in held},
+                scores={label: _score(rows[label][row["id"]], metric, strategies[label].path) for label in held})
 
 
 def _score(row: dict[str, Any], metric: str, run: Path) -> float:
@@ -191,14 +244,21 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
         "datasets": sorted({q.dataset for q in train}),
     })
     majority = Counter(train_labels).most_common(1)[0][0]
+    compared = [(p, q) for p, q in zip(predicted, test) if MULTI_STEP in q.scores]
     return RouterReport(
         questions=len(ordered), labels=dict(Counter(q.label for q in ordered)),
         labelled_by=dict(Counter(q.by for q in ordered)), trained_on=len(train), held_out=len(test),
         accuracy=statistics.fmean(p == q.label for p, q in zip(predicted, test)),
         majority_label=majority, majority_accuracy=statistics.fmean(q.label == majority for q in test),
-        lm_calls_routed=statistics.fmean(q.lm_calls[p] for p, q in zip(predicted, test)),
-        lm_calls_multi_step=statistics.fmean(q.lm_calls[MULTI_STEP] for q in test),
-        score_routed=statistics.fmean(q.scores[p] for p, q in zip(predicted, test)),
-        score_multi_step=statistics.fmean(q.scores[MULTI_STEP] for q in test),
+        compared=len(compared),
+        lm_calls_routed=_mean(q.lm_calls[p] for p, q in compared),
+        lm_calls_multi_step=_mean(q.lm_calls[MULTI_STEP] for _, q in compared),
+        score_routed=_mean(q.scores[p] for p, q in compared),
+        score_multi_step=_mean(q.scores[MULTI_STEP] for _, q in compared),
         metric=metric, correct_at=correct_at,
     )
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return statistics.fmean(values) if values else 0.0

@@ -8,7 +8,14 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.errors import ConfigError
-from arag.optimizers.router_training import dataset_hops, label_runs, parse_hops, train_router
+from arag.optimizers.router_training import (
+    dataset_hops,
+    label_runs,
+    parse_hops,
+    questions_needing_multi_step,
+    silver_label,
+    train_router,
+)
 from arag.optimizers.saving import load_program, save_program
 from arag.programs.frame.registry import build_program
 from arag.testing import TemplateRetriever, Tokens, scripted_lm
@@ -182,10 +189,34 @@ def test_only_questions_every_strategy_answered_are_labelled(tmp_path):
     assert [q.id for q in label_runs(runs)] == ["q1"]
 
 
+def test_the_multi_step_run_is_needed_only_where_it_decides_a_label(tmp_path):
+    questions = {"q1": "Who?", "q2": "When?", "q3": "Where?"}
+    correct = {"no-retrieval": {"q1"}, "single-rag": {"q2"}, "ircot": {"q3"}}
+    multi_hop = strategy_runs(tmp_path, questions, correct)
+    assert questions_needing_multi_step(multi_hop) == set()  # a question both missed is C whatever ircot does
+    assert {q.id: q.label for q in label_runs(multi_hop[:2])} == {"q1": "A", "q2": "B", "q3": "C"}
+    single_hop = strategy_runs(tmp_path, questions, correct, "/data/popqa/public.jsonl", "popqa")
+    assert questions_needing_multi_step(single_hop) == {"q3"}
+    assert [q.id for q in label_runs(single_hop[:2])] == ["q1", "q2"]  # q3 waits on ircot's answer
+    assert {q.id: q.label for q in label_runs(single_hop)} == {"q1": "A", "q2": "B", "q3": "C"}
+    assert silver_label({"A": 0.0, "B": 0.0}, "single") is None
+    assert silver_label({"A": 0.0, "B": 0.0, "C": 0.0}, "single") == ("B", "dataset")
+
+
+def test_routing_cost_is_compared_on_the_questions_the_multi_step_run_answered(tmp_path):
+    runs = fruit_and_film_runs(tmp_path)
+    report = train_router(label_runs(runs[:2]), tmp_path / "router.json", held_out=0.25, seed=1)
+    assert report.accuracy == 1.0 and report.compared == 0
+    assert report.lines()[-1] == "no held-apart question has a multi-step answer to compare routing's cost with"
+
+
 def test_bad_run_sets_are_named(tmp_path):
     runs = strategy_runs(tmp_path, {"q1": "Who?"}, {})
-    with pytest.raises(ConfigError, match="no run of ircot"):
-        label_runs(runs[:2])
+    with pytest.raises(ConfigError, match="no run of single-rag"):
+        label_runs([runs[0], runs[2]])
+    single_hop = strategy_runs(tmp_path, {"q1": "Who?"}, {}, "/data/popqa/public.jsonl", "popqa")
+    with pytest.raises(ConfigError, match="waits on a multi-step answer"):
+        label_runs(single_hop[:2])
     with pytest.raises(ConfigError, match="a second no-retrieval run"):
         label_runs([runs[0], *strategy_runs(tmp_path / "again", {"q1": "Who?"}, {})])
     with pytest.raises(ConfigError, match="no 'match' score"):
