@@ -396,6 +396,9 @@ def main() -> int:
         for dataset, examples in selected.items():
             if args.router_labels and cell.program == STRATEGIES[MULTI_STEP]:
                 examples = label_needs(results, dataset, examples, label)
+                if not examples:
+                    print(f"{cell.name:<24}{dataset:<10}   0 questions: no label waits on it", flush=True)
+                    continue
             try:
                 kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
             except arag.FolderInUse as exc:

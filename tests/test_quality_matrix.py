@@ -221,13 +221,14 @@ def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path
 def test_the_router_trains_on_the_results_alone(shared_dataset, tmp_path):
     shared_dataset("hotpotqa"), shared_dataset("popqa_longtail")
     with OpenAICompatibleServer(last_word) as server:
-        finish(matrix(server, tmp_path, "--skip", "20", "--n", "4", "--router-labels", "--datasets", "hotpotqa,popqa",
-                      programs=None))
+        out = finish(matrix(server, tmp_path, "--skip", "20", "--n", "4", "--router-labels", "--datasets",
+                            "hotpotqa,popqa", programs=None))
     answered = [json.loads(row)["id"] for row in open(tmp_path / "results" / "hotpotqa" / "no-retrieval.jsonl")]
     in_file = [json.loads(row)["id"] for row in open(shared_dataset("hotpotqa") / "public.jsonl")]
     assert sorted(answered) == sorted(in_file[20:24])  # the 4 questions after the table's 20
     # both simpler strategies missed every question: ircot decides the single-hop ones' labels alone
     assert not (tmp_path / "results" / "hotpotqa" / "ircot.jsonl").exists()
+    assert "ircot                   hotpotqa     0 questions: no label waits on it" in out
     assert len((tmp_path / "results" / "popqa" / "ircot.jsonl").read_text().splitlines()) == 4
     shutil.rmtree(tmp_path / "runs")  # another machine: the results alone
     out = from_results(tmp_path, "--skip", "20", "--train-router", str(tmp_path / "router.json"), n="4",
