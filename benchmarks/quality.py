@@ -20,7 +20,8 @@ both datasets: each program's scores with a 95 % paired bootstrap interval of it
 the same questions, and its costs per question; --report FOLDER draws the same results as `arag report`'s page.
 --compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile`, e.g. BootstrapFewShot
 on other questions than the table's), --tuned FILE one for a program's parameters tuned on other questions
-(`benchmarks/tuning_local.py --skip 20`).
+(`benchmarks/tuning_local.py --skip 20`); --table and --report show the compiled and tuned rows the results
+hold, after the others.
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
 `--router-labels` runs what its labels need on the questions after the table's (`--skip 20 --n 30 --runs
@@ -275,6 +276,15 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
     return runs
 
 
+def held_variants(results: Path, programs: list[str], datasets: list[str], given: set[str]) -> list[Cell]:
+    """The compiled and tuned rows of `programs` that the results hold and `given` lacks, for the table and the
+    report to show after the others (a compiled program's file stays on the machine that compiled it; its results
+    are in the repository)."""
+    held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")}
+    return [Cell(f"{program}-{variant}", program) for variant in ("compiled", "tuned") for program in programs
+            if f"{program}-{variant}" in held - given]
+
+
 def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label: str) -> list[dspy.Example]:
     """Those of `examples` whose router label waits on the multi-step strategy, read from the results of the
     simpler two (a question they have not both answered yet is left for a later run)."""
@@ -351,10 +361,11 @@ def main() -> int:
     cells += [tuned_cell(path) for path in args.tuned]
     for cell in cells:  # a bad value stops here, before the model loads
         resolve_params(arag.get_program(cell.program).params, cell.params, cell.name)
-    cell_names = [cell.name for cell in cells]
+    shown = cells + held_variants(results, programs, names, {cell.name for cell in cells})
+    cell_names = [cell.name for cell in shown]
     if args.sync:
         for dataset in names:
-            for cell in cell_names:
+            for cell in (cell.name for cell in cells):
                 run_dir = runs / dataset / cell
                 sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
     sets = datasets(args.shared)
@@ -373,7 +384,7 @@ def main() -> int:
             check_out(args.report / f"{dataset}.html")
         for dataset, examples in selected.items():
             out = args.report / f"{dataset}.html"
-            written = write_report(result_runs(results, cells, dataset, examples, label), out)
+            written = write_report(result_runs(results, shown, dataset, examples, label), out)
             print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.train_router:
         strategies = [Cell(name, name) for name in STRATEGIES.values()]

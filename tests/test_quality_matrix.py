@@ -207,6 +207,13 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     assert "| HotpotQA | single-rag-tuned | 6 | 0 |" in table and "| HotpotQA | single-rag | 6 | 0 |" in table
     info = json.loads((tmp_path / "runs" / "hotpotqa" / "single-rag-tuned" / "run.json").read_text())
     assert info["program"] == "single-rag" and info["params"]["k"] == 2
+    # the results alone, without the parameter file: the table and the report still show the tuned row last
+    (tmp_path / "report").mkdir()
+    shown = from_results(tmp_path, "--table", "--report", str(tmp_path / "report")).splitlines()
+    assert shown[-3].startswith("| HotpotQA | single-rag-tuned | 6 | 0 |")
+    runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
+    assert [run["run"] for run in runs][-1] == "single-rag-tuned"
+    assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
 
 
 def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path):
