@@ -8,7 +8,7 @@ The runs are folders written by `arag eval`: for each dataset, one run of each s
 no-retrieval run answered it correctly (its `--metric` at least `--correct-at`, 1 by default), else B when the
 single-step run did, else C when the multi-step run did; when none did, by its dataset's nature: B for a
 single-hop set, C for a multi-hop one. So the multi-step run decides a label only for a single-hop question that
-the other two missed (`needs_multi_step`): elsewhere it may be absent, and on a multi-hop set it is not needed.
+the other two missed (`questions_needing_multi_step`): elsewhere it may be absent, and a multi-hop set needs none.
 A seeded share of the questions (`--held-out`) is kept apart; a logistic regression over all-MiniLM-L6-v2
 embeddings of the other questions is fitted and saved. On the held-apart questions: the router's accuracy (next
 to always answering the most frequent label), and, on those the multi-step run answered, what routing would have
