@@ -34,6 +34,9 @@ from arag.errors import ConfigError
 @click.option("--option", "option_pairs", multiple=True,
               help="Teleprompter option key=value (repeatable; JSON values), "
                    "e.g. max_bootstrapped_demos=2, auto=medium.")
+@click.option("--keep-written-demos", is_flag=True,
+              help="Keep the program's written worked examples (Self-Ask's chains) before the compiled demos; "
+                   "by default the compiled demos replace them.")
 @retriever_options
 @lm_options
 @click.option("--prompt-lm", "prompt_lm_spec", help="provider/model proposing instructions (mipro, copro, simba) "
@@ -46,8 +49,9 @@ from arag.errors import ConfigError
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the teleprompters that sample.")
 @click.option("--out", "out_path", required=True, type=click.Path(), help="JSON file for the compiled program.")
 def compile_command(program_name: str, trainset: str, devset: str | None, fmt: str, teleprompter: str,
-                    metric: str | None, success_threshold: float, option_pairs: tuple[str, ...], corpus: str | None,
-                    retriever_spec: str | None, lm_setup: LMSetup, prompt_lm_spec: str | None,
+                    metric: str | None, success_threshold: float, option_pairs: tuple[str, ...],
+                    keep_written_demos: bool, corpus: str | None, retriever_spec: str | None, lm_setup: LMSetup,
+                    prompt_lm_spec: str | None,
                     prompt_api_base: str | None, param_pairs: tuple[str, ...], params_file: str | None,
                     limit: int | None, threads: int, seed: int, out_path: str) -> None:
     """Compile a program's prompts against a dataset's metric and save it (see `arag eval --compiled`)."""
@@ -74,7 +78,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     clash = sorted(set(options) & set(inspect.signature(compile).parameters))
     if clash:
         raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
-                          "--prompt-lm, --success-threshold, --threads, --seed)")
+                          "--prompt-lm, --success-threshold, --threads, --seed, --keep-written-demos)")
     lm = lm_setup.build()
     prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or lm_setup.api_base,
                          api_key_env=lm_setup.api_key_env, temperature=1.0) if prompt_lm_spec else None
@@ -86,8 +90,10 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     lm_setup.check_server()
     with dspy.context(lm=lm):
         compiled = compile(program, train, dev, teleprompter=teleprompter, metric=metric, prompt_lm=prompt_lm,
-                           success_threshold=success_threshold, threads=threads, seed=seed, **options)
+                           success_threshold=success_threshold, threads=threads, seed=seed,
+                           keep_written_demos=keep_written_demos, **options)
     meta = {"teleprompter": teleprompter, "metric": metric, "options": options,
+            "keep_written_demos": keep_written_demos,
             "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
             "lm": lm_setup.spec, "prompt_lm": prompt_lm_spec}
     path = save_program(compiled, out_path, meta=meta)

@@ -51,6 +51,7 @@ def compile(
     success_threshold: float = 1.0,
     threads: int = 1,
     seed: int = 0,
+    keep_written_demos: bool = False,
     **options: Any,
 ) -> RAGProgram:
     """A compiled copy of `program`, its prompts optimised on `trainset` by `teleprompter`.
@@ -61,6 +62,8 @@ def compile(
     `options` go to the teleprompter's constructor or its `compile`, whichever takes them, e.g.
     `max_bootstrapped_demos=2`, `auto="medium"`, `num_candidate_programs=8`, `breadth=4`.
     The program's parameters (thresholds) are kept; the LM is the configured `dspy.settings.lm`.
+    A program's written demos (Self-Ask's worked chains) are replaced by the teleprompter's, as DSPy does;
+    `keep_written_demos` puts them back, first, before the compiled ones.
     """
     if teleprompter not in TELEPROMPTERS:
         raise ConfigError(f"unknown teleprompter {teleprompter!r}; known: {', '.join(TELEPROMPTERS)}")
@@ -86,7 +89,12 @@ def compile(
     except (TypeError, ValueError, AssertionError) as exc:
         raise ConfigError(f"{teleprompter}: {exc}") from exc
     logger.info("compiling %s with %s on %d examples (metric %s)", program.name, teleprompter, len(trainset), name)
-    return optimizer.compile(program, **run)
+    written = {name: list(predictor.demos) for name, predictor in program.named_predictors()}
+    compiled = optimizer.compile(program, **run)
+    if keep_written_demos:
+        for name, predictor in compiled.named_predictors():
+            predictor.demos = written[name] + [demo for demo in predictor.demos if demo not in written[name]]
+    return compiled
 
 
 def dspy_metric(name: str, success_threshold: float = 1.0) -> Callable[..., float | bool]:

@@ -84,6 +84,28 @@ def test_bootstrap_keeps_demos_only_from_examples_that_reach_the_success_thresho
     assert demo_questions(0.5) == right | partly
 
 
+def test_written_demos_are_replaced_unless_kept_first(retriever):
+    train = EXAMPLES[:3]
+
+    def one_follow_up(call):  # asks the question itself once, then answers it
+        if "needs_follow_up" in call.output_fields:
+            first = not call.inputs["follow_ups"]
+            return {"needs_follow_up": first, "follow_up": call.inputs["question"] if first else ""}
+        return fields(call, GOLD[call.inputs["question"]])
+
+    def demos(keep):
+        with dspy.context(lm=scripted_lm(one_follow_up)):
+            compiled = compile(build_program("self-ask", retriever), train, metric="em", keep_written_demos=keep,
+                               max_bootstrapped_demos=2, max_labeled_demos=0)
+        return [demo["question"] for demo in compiled.next_follow_up.demos]
+
+    written = [demo["question"] for demo in build_program("self-ask", retriever).next_follow_up.demos]
+    assert len(written) > len(set(written)) >= 3  # one demo per decision of each written chain
+    bootstrapped = [e.question for e in train[:2]]
+    assert demos(keep=False) == bootstrapped
+    assert demos(keep=True) == written + bootstrapped
+
+
 @pytest.mark.parametrize("teleprompter, options", [
     ("mipro", {"num_candidates": 2, "num_trials": 3, "max_bootstrapped_demos": 0, "max_labeled_demos": 0,
                "minibatch": False}),
@@ -189,6 +211,8 @@ def test_arag_compile_over_a_loopback_server_saves_a_program_that_reloads(tmp_pa
     assert bad.exit_code == 2 and "unknown option(s) max_demos" in bad.output
     clash = CliRunner().invoke(main, [*args, "--option", "metric=em"])
     assert clash.exit_code == 2 and "--option metric: use the command's own option" in clash.output
+    kept = CliRunner().invoke(main, [*args, "--option", "keep_written_demos=true"])
+    assert kept.exit_code == 2 and "own option (" in kept.output and "--keep-written-demos)" in kept.output
     assert not (tmp_path / "bad.json").exists()
     program = load_program(out, BM25Retriever.build(load_corpus(CORPUS), tmp_path / "idx"))
     assert program.config == {"k": 2, "reasoning": "cot"}

@@ -12,7 +12,7 @@ By default, as in the paper, the model is shown worked examples: three decompose
 (`WRITTEN_CHAINS`, two bridge questions and a comparison, not the paper's exemplars), attached as the
 demos of the follow-up decision (one demo per decision of each chain, the last one "no follow-up") and
 of the final answer. `demos=false` runs zero-shot, from the instructions alone; `arag compile`
-replaces the written demos with bootstrapped ones.
+replaces the written demos with bootstrapped ones, or adds these after them (`--keep-written-demos`).
 """
 
 from __future__ import annotations
