@@ -167,7 +167,7 @@ def current_commit() -> str:
 class Cell:
     """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
 
-    name: str  # the program's name, PROGRAM-compiled or PROGRAM-tuned
+    name: str  # the program's name, or the program's name and one of VARIANTS
     program: str
     params: dict = field(default_factory=dict)
     compiled: Path | None = None
@@ -179,9 +179,11 @@ class Cell:
 
 
 def compiled_cell(path: Path) -> Cell:
-    """The cell of a compiled program's file (`arag compile --out`)."""
-    program = read_compiled(path).program
-    return Cell(f"{program}-compiled", program, compiled=path)
+    """The cell of a compiled program's file (`arag compile --out`): PROGRAM-compiled, or PROGRAM-compiled-kept
+    when the compile kept the program's written demos (`--keep-written-demos`)."""
+    compiled = read_compiled(path)
+    variant = "compiled-kept" if compiled.meta.get("keep_written_demos") else "compiled"
+    return Cell(f"{compiled.program}-{variant}", compiled.program, compiled=path)
 
 
 def tuned_cell(path: Path) -> Cell:
@@ -276,12 +278,15 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
     return runs
 
 
+VARIANTS = ("compiled", "compiled-kept", "tuned")  # the rows beside a program's defaults, shown in this order
+
+
 def held_variants(results: Path, programs: list[str], datasets: list[str], given: set[str]) -> list[Cell]:
     """The compiled and tuned rows of `programs` that the results hold and `given` lacks, for the table and the
     report to show after the others (a compiled program's file stays on the machine that compiled it; its results
     are in the repository)."""
     held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")}
-    return [Cell(f"{program}-{variant}", program) for variant in ("compiled", "tuned") for program in programs
+    return [Cell(f"{program}-{variant}", program) for variant in VARIANTS for program in programs
             if f"{program}-{variant}" in held - given]
 
 
@@ -317,7 +322,8 @@ def main() -> int:
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
     parser.add_argument("--compiled", action="append", default=[], type=Path, metavar="FILE",
                         help="a compiled program (`arag compile --out FILE`), run as a row of its own named "
-                             "PROGRAM-compiled after the others (repeatable)")
+                             "PROGRAM-compiled (PROGRAM-compiled-kept where it kept its written demos) after the "
+                             "others (repeatable)")
     parser.add_argument("--tuned", action="append", default=[], type=Path, metavar="FILE",
                         help="a tuning run's parameter file (best_params.json of `arag tune` or "
                              "benchmarks/tuning_local.py), run as a row of its own named PROGRAM-tuned after the "

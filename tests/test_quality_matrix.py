@@ -13,9 +13,14 @@ import sys
 import time
 from pathlib import Path
 
+import dspy
 import pytest
 from test_report import embedded_data
 
+from arag.optimizers.saving import save_program
+from arag.passages import Passage
+from arag.programs import build_program
+from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,6 +219,27 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["run"] for run in runs][-1] == "single-rag-tuned"
     assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
+
+
+def test_compiled_programs_run_as_rows_named_by_whether_they_kept_their_written_demos(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    demo = dspy.Example(passages=["[1] Oslo | Oslo is the capital of Norway."], question="Capital of Norway?",
+                        reasoning="The passage says so.", answer="Oslo").with_inputs("passages", "question")
+    retriever = BM25Retriever.build([Passage("oslo", "Oslo", "Oslo is the capital of Norway.")], tmp_path / "bm25")
+    files = []
+    for kept in (False, True):
+        program = build_program("single-rag", retriever)
+        program.generate_answer.predict.demos = [demo]
+        files += ["--compiled", str(save_program(program, tmp_path / f"compiled-{kept}.json",
+                                                 meta={"keep_written_demos": kept}))]
+    with OpenAICompatibleServer(slow_answer) as server:
+        table = finish(matrix(server, tmp_path, *files, programs="single-rag"))
+        assert all("Capital of Norway?" in str(request["body"]["messages"]) for request in server.requests[-6:])
+    assert [row.split(" | ")[1] for row in table.splitlines() if row.startswith("| HotpotQA")] == [
+        "single-rag", "single-rag-compiled", "single-rag-compiled-kept"]
+    shown = from_results(tmp_path, "--table", programs="single-rag")
+    assert [row.split(" | ")[1] for row in shown.splitlines() if row.startswith("| HotpotQA")] == [
+        "single-rag", "single-rag-compiled", "single-rag-compiled-kept"]
 
 
 def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path):
