@@ -89,11 +89,11 @@ def compile(
     except (TypeError, ValueError, AssertionError) as exc:
         raise ConfigError(f"{teleprompter}: {exc}") from exc
     logger.info("compiling %s with %s on %d examples (metric %s)", program.name, teleprompter, len(trainset), name)
-    written = {name: list(predictor.demos) for name, predictor in program.named_predictors()}
+    written = {path: list(predictor.demos) for path, predictor in program.named_predictors()}
     compiled = optimizer.compile(program, **run)
     if keep_written_demos:
-        for name, predictor in compiled.named_predictors():
-            predictor.demos = written[name] + [demo for demo in predictor.demos if demo not in written[name]]
+        for path, predictor in compiled.named_predictors():
+            predictor.demos = written[path] + [demo for demo in predictor.demos if demo not in written[path]]
     return compiled
 
 
