@@ -106,6 +106,32 @@ def test_written_demos_are_replaced_unless_kept_first(retriever):
     assert demos(keep=True) == written + bootstrapped
 
 
+def test_arag_compile_keeps_the_written_demos_when_asked(retriever, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
+
+    def one_follow_up(call):
+        if "needs_follow_up" in call.output_fields:
+            first = not call.inputs.get("follow_ups")
+            return {"needs_follow_up": first, "follow_up": call.inputs["question"] if first else ""}
+        return fields(call, GOLD.get(call.inputs.get("question"), "?"))
+
+    written = [demo["question"] for demo in build_program("self-ask", retriever).next_follow_up.demos]
+    demos = {}
+    with OpenAICompatibleServer(one_follow_up) as server:
+        for keep in (False, True):
+            out = tmp_path / f"self-ask-{keep}.json"
+            result = CliRunner().invoke(main, [
+                "compile", "--program", "self-ask", "--trainset", str(QUESTIONS), "--corpus", str(CORPUS),
+                "--lm", "openai/loopback-kept", "--api-base", server.url, "--limit", "3",
+                "--option", "max_bootstrapped_demos=2", "--option", "max_labeled_demos=0", "--out", str(out),
+                *(["--keep-written-demos"] if keep else [])])
+            assert result.exit_code == 0, result.output
+            document = json.loads(out.read_text())
+            assert document["meta"]["keep_written_demos"] is keep
+            demos[keep] = [d["question"] for d in document["state"]["next_follow_up"]["demos"]]
+    assert len(demos[False]) == 2 and demos[True] == written + demos[False]
+
+
 @pytest.mark.parametrize("teleprompter, options", [
     ("mipro", {"num_candidates": 2, "num_trials": 3, "max_bootstrapped_demos": 0, "max_labeled_demos": 0,
                "minibatch": False}),
