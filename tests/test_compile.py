@@ -84,14 +84,16 @@ def test_bootstrap_keeps_demos_only_from_examples_that_reach_the_success_thresho
     assert demo_questions(0.5) == right | partly
 
 
+def one_follow_up(call):
+    """Self-Ask asking the question itself as its one follow-up, then answering it right."""
+    if "needs_follow_up" in call.output_fields:
+        first = not call.inputs["follow_ups"]
+        return {"needs_follow_up": first, "follow_up": call.inputs["question"] if first else ""}
+    return fields(call, GOLD[call.inputs["question"]])
+
+
 def test_written_demos_are_replaced_unless_kept_first(retriever):
     train = EXAMPLES[:3]
-
-    def one_follow_up(call):  # asks the question itself once, then answers it
-        if "needs_follow_up" in call.output_fields:
-            first = not call.inputs["follow_ups"]
-            return {"needs_follow_up": first, "follow_up": call.inputs["question"] if first else ""}
-        return fields(call, GOLD[call.inputs["question"]])
 
     def demos(keep):
         with dspy.context(lm=scripted_lm(one_follow_up)):
@@ -108,12 +110,6 @@ def test_written_demos_are_replaced_unless_kept_first(retriever):
 
 def test_arag_compile_keeps_the_written_demos_when_asked(retriever, tmp_path, monkeypatch):
     monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
-
-    def one_follow_up(call):
-        if "needs_follow_up" in call.output_fields:
-            first = not call.inputs.get("follow_ups")
-            return {"needs_follow_up": first, "follow_up": call.inputs["question"] if first else ""}
-        return fields(call, GOLD.get(call.inputs.get("question"), "?"))
 
     written = [demo["question"] for demo in build_program("self-ask", retriever).next_follow_up.demos]
     demos = {}
