@@ -187,14 +187,20 @@ def compiled_cell(path: Path) -> Cell:
 
 
 def tuned_cell(path: Path) -> Cell:
-    """The cell of a tuning run's parameter file (best_params.json, which names its program)."""
+    """The cell of a tuning run's parameter file (best_params.json, which names its program); refused when the
+    tuned parameters are the program's defaults, whose row the table has."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise SystemExit(f"--tuned {path}: cannot read it ({exc})") from None
     if not (isinstance(data, dict) and isinstance(data.get("program"), str) and isinstance(data.get("params"), dict)):
         raise SystemExit(f"--tuned {path}: not a tuning run's parameter file (no 'program' and 'params')")
-    return Cell(f"{data['program']}-tuned", data["program"], data["params"])
+    program = data["program"]
+    declared = arag.get_program(program).params
+    if resolve_params(declared, data["params"], program) == resolve_params(declared, {}, program):
+        raise SystemExit(f"--tuned {path}: the tuned parameters are {program}'s defaults, so its row would repeat "
+                         f"{program}'s: not run")
+    return Cell(f"{program}-tuned", program, data["params"])
 
 
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,

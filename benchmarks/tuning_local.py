@@ -34,7 +34,7 @@ import dspy  # noqa: E402
 import optuna  # noqa: E402
 
 import arag  # noqa: E402
-from arag.optimizers.tuning import TuningConfig, tune  # noqa: E402
+from arag.optimizers.tuning import TuningConfig, defaults_trial, search_space, tune  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
@@ -82,10 +82,10 @@ def main() -> int:
             study = tune(name, tuning, retriever, config)
             minutes = sum((t.datetime_complete - t.datetime_start).total_seconds() for t in study.study.trials
                           if t.datetime_complete and t.datetime_start) / 60  # all invocations' trials, resumed ones too
-            defaults = next(t for t in study.study.trials if t.user_attrs.get("arag_role") == "defaults")
-            rows = {"defaults": (defaults.params, defaults.value), "tuned": (study.best["params"],
-                                                                            study.best["values"]["f1"])}
-            searched = list(defaults.params)
+            defaults = defaults_trial(study.study)
+            rows = {"defaults": (defaults.params, defaults.value)} if defaults else {}
+            rows["tuned"] = (study.best["params"], study.best["values"]["f1"])
+            searched = [param.name for param in search_space(name)]
             cost = f"{study.cost['trials']}, {study.cost['lm_calls_spent']}, {minutes:.0f}"
             if not held_out:
                 for label, (params, tuning_f1) in rows.items():

@@ -186,6 +186,16 @@ def test_bad_arguments_stop_before_any_work(tmp_path, bad, message):
     assert not any(tmp_path.iterdir())
 
 
+def test_tuned_parameters_that_are_the_defaults_are_refused_before_any_work(tmp_path):
+    tuned = tmp_path / "best_params.json"
+    tuned.write_text(json.dumps({"program": "crag", "params": {"upper": 0.5, "lower": -0.9, "k": 10}}))
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results",
+                           str(tmp_path / "results"), "--tuned", str(tuned)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0
+    assert "the tuned parameters are crag's defaults, so its row would repeat crag's" in done.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_a_failed_question_counts_as_failed_in_the_table_and_the_report(shared_dataset, tmp_path):
     pytest.importorskip("plotly")
     shared_dataset("hotpotqa")

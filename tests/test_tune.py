@@ -363,6 +363,7 @@ def test_no_defaults_trial_when_a_default_lies_outside_the_searched_range_or_the
 
 
 def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once():
+    from arag.optimizers.tuning import defaults_trial
     from arag.optimizers.tuning.run import _enqueue_defaults
 
     study = optuna.create_study(direction="maximize")
@@ -376,6 +377,10 @@ def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once
     _enqueue_defaults(study, space, defaults)
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert len(waiting) == 1 and waiting[0].user_attrs["arag_role"] == "defaults"
+    assert defaults_trial(study) is None  # the killed one does not count
+    rerun = study.ask()
+    study.tell(rerun, 0.25)
+    assert defaults_trial(study).number == rerun.number and defaults_trial(study).value == 0.25
 
 
 def test_crag_thresholds_are_drawn_in_order_so_no_trial_is_infeasible():

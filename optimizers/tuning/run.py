@@ -253,13 +253,17 @@ def _enqueue_defaults(study: optuna.Study, space: Sequence[Param], defaults: Map
     return True
 
 
+def defaults_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The study's completed trial of the default configuration, if it has one (a defaults trial killed
+    mid-run stays in the study as failed, beside the one run again)."""
+    return next((t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.user_attrs.get(_ROLE) == "defaults"), None)
+
+
 def _defaults_calls_per_question(study: optuna.Study) -> float | None:
     """LM calls per question of the study's completed defaults trial, if it has one."""
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        facts = trial_facts(t)
-        if t.user_attrs.get(_ROLE) == "defaults" and facts.get("examples"):
-            return facts["lm_calls"] / facts["examples"]
-    return None
+    facts = trial_facts(trial) if (trial := defaults_trial(study)) else {}
+    return facts["lm_calls"] / facts["examples"] if facts.get("examples") else None
 
 
 class _StudyFull(Exception):
