@@ -159,7 +159,7 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     from arag.data import load_examples
     from arag.data._io import check_output_folder
     from arag.optimizers.saving import read_compiled
-    from arag.optimizers.tuning import TuningConfig, search_space, tune
+    from arag.optimizers.tuning import TuningConfig, defaults_unbeaten, search_space, tune
     from arag.programs import get_program
     from arag.retrievers import open_retriever
 
@@ -190,6 +190,9 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
              "cost": cost}
     shown.update({"best": result.best} if len(result.objectives) == 1 else {"pareto_front": result.pareto})
     click.echo(ujson.dumps(shown, indent=2))
+    if defaults := defaults_unbeaten(result):
+        click.echo(f"no trial scored better than the defaults (trial {defaults.number}: "
+                   f"{result.objectives[0].name} {defaults.values[0]:.4g})")
     for name, reason in result.skipped_plots.items():
         click.echo(f"plot {name} skipped: {reason}", err=True)
     if "best_params" in result.files:

@@ -78,6 +78,7 @@ def test_arag_tune_finds_the_known_best_k_within_its_trial_budget(retriever, tmp
         assert result.exit_code == 0, result.output
         best = ujson.loads((out / "best_params.json").read_text())
         assert best["params"]["k"] in best_region and best["values"]["em"] == pytest.approx(best_em)
+        assert f"no trial scored better than the defaults (trial 0: em {best_em:.4g})" in result.output  # k=5
         rows = trial_rows(out)
         assert len(rows) == 14 and {r["state"] for r in rows} <= {"complete", "pruned"}
         for row in rows:
@@ -363,7 +364,7 @@ def test_no_defaults_trial_when_a_default_lies_outside_the_searched_range_or_the
 
 
 def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once():
-    from arag.optimizers.tuning import defaults_trial
+    from arag.optimizers.tuning import Objective, TuneResult, defaults_trial, defaults_unbeaten
     from arag.optimizers.tuning.run import _enqueue_defaults
 
     study = optuna.create_study(direction="maximize")
@@ -381,6 +382,13 @@ def test_a_defaults_trial_that_failed_is_queued_again_and_a_queued_one_only_once
     rerun = study.ask()
     study.tell(rerun, 0.25)
     assert defaults_trial(study).number == rerun.number and defaults_trial(study).value == 0.25
+
+    def result(best_em):
+        return TuneResult(study=study, storage="memory", objectives=[Objective("em")], best={"values": {"em": best_em}},
+                          pareto=[], cost={}, files={}, skipped_plots={})
+
+    assert defaults_unbeaten(result(0.25)).number == rerun.number  # a tie is no gain
+    assert defaults_unbeaten(result(0.5)) is None
 
 
 def test_crag_thresholds_are_drawn_in_order_so_no_trial_is_infeasible():

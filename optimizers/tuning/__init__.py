@@ -28,7 +28,8 @@ Modules: what a run is asked (`config`), the parameters varied (`space`), runnin
 
 from arag.optimizers.tuning.config import SearchSpace, TuningConfig
 from arag.optimizers.tuning.objectives import Objective
-from arag.optimizers.tuning.run import TuneResult, defaults_trial, tune
+from arag.optimizers.tuning.run import TuneResult, defaults_trial, defaults_unbeaten, tune
 from arag.optimizers.tuning.space import search_space
 
-__all__ = ["Objective", "SearchSpace", "TuneResult", "TuningConfig", "defaults_trial", "search_space", "tune"]
+__all__ = ["Objective", "SearchSpace", "TuneResult", "TuningConfig", "defaults_trial", "defaults_unbeaten",
+           "search_space", "tune"]

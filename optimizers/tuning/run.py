@@ -260,6 +260,14 @@ def defaults_trial(study: optuna.Study) -> FrozenTrial | None:
                  if t.user_attrs.get(_ROLE) == "defaults"), None)
 
 
+def defaults_unbeaten(result: TuneResult) -> FrozenTrial | None:
+    """The completed defaults trial of a one-objective study when no trial scored better than it, else None."""
+    defaults = defaults_trial(result.study)
+    if result.best is None or defaults is None:
+        return None
+    return defaults if defaults.values == list(result.best["values"].values()) else None
+
+
 def _defaults_calls_per_question(study: optuna.Study) -> float | None:
     """LM calls per question of the study's completed defaults trial, if it has one."""
     facts = trial_facts(trial) if (trial := defaults_trial(study)) else {}
