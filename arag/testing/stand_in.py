@@ -150,6 +150,8 @@ class StandInModel:
             return label("True", 0.7, {"False": 0.3}) if named else label("False", 0.6, {"True": 0.4})
         if name == "more_informative":
             return "1" if len(inputs.get("summary_1", "")) >= len(inputs.get("summary_2", "")) else "2"
+        if name == "needs_retrieval":  # several named things: search first
+            return len(names) > 1
         return ""
 
     @staticmethod

@@ -15,8 +15,10 @@ from arag.trace.method_steps import (
     Compare,
     Contexts,
     Deduce,
+    Draft,
     Dropped,
     Evaluate,
+    Gate,
     Ground,
     Hop,
     NoEvidence,
@@ -64,10 +66,10 @@ from arag.trace.steps import (
 
 __all__ = [
     "ABSENT", "STEP_KINDS", "Act", "Action", "Answer", "AnswerFromQuestion", "Beam", "Branch", "Candidate",
-    "Candidates", "Chosen", "ClosedSet", "Compare", "Contexts", "Deduce", "Dropped", "Evaluate", "FollowUp",
-    "Generate", "Ground", "Hop", "NoEvidence", "Note", "Observation", "Pair", "PieceStep", "Query", "Read", "Refine",
-    "RetrievalDecision", "Retrieve", "Review", "Rewrite", "Route", "Search", "Select", "Sentence", "Step", "Stop",
-    "StopReason", "Summary", "Trace", "Unreadable", "Validity", "Window", "Write", "branch_of", "current_trace",
-    "is_step", "kinds_of", "note", "recording", "shown_probability", "steps_of", "stop_reason", "trace_declarations",
-    "trace_schema", "trace_schema_text", "trace_steps",
+    "Candidates", "Chosen", "ClosedSet", "Compare", "Contexts", "Deduce", "Draft", "Dropped", "Evaluate",
+    "FollowUp", "Gate", "Generate", "Ground", "Hop", "NoEvidence", "Note", "Observation", "Pair", "PieceStep", "Query",
+    "Read", "Refine", "RetrievalDecision", "Retrieve", "Review", "Rewrite", "Route", "Search", "Select", "Sentence",
+    "Step", "Stop", "StopReason", "Summary", "Trace", "Unreadable", "Validity", "Window", "Write", "branch_of",
+    "current_trace", "is_step", "kinds_of", "note", "recording", "shown_probability", "steps_of", "stop_reason",
+    "trace_declarations", "trace_schema", "trace_schema_text", "trace_steps",
 ]

@@ -1,12 +1,12 @@
-"""The step kinds of single methods: CRAG, Self-RAG, Adaptive-Note, GenGround and SuRe (the kinds every program
-may record are in `arag.trace.steps`)."""
+"""The step kinds of single methods: CRAG, Self-RAG, Adaptive-Note, GenGround, SuRe and the uncertainty gate
+(the kinds every program may record are in `arag.trace.steps`)."""
 
 from __future__ import annotations
 
 from typing import Any, TypedDict
 
 from arag.trace.record import ABSENT, Step, declared
-from arag.trace.steps import ScoredPassage
+from arag.trace.steps import ScoredPassage, Token
 
 
 class KeptStrip(TypedDict):
@@ -289,3 +289,30 @@ class Select(Step, kind="select", decision="reason"):
     chosen_index: int = ABSENT
     chosen: str
     tie: bool = ABSENT
+
+
+# --- Uncertainty gate --------------------------------------------------------------------------------------
+
+
+@declared
+class Draft(Step, kind="draft"):
+    """Uncertainty gate: the closed-book draft answer, and the tokens its signal reads."""
+
+    answer: str
+    tokens: list[Token]
+
+
+@declared
+class Gate(Step, kind="gate", decision="retrieve"):
+    """Uncertainty gate: the signal's score against the threshold, and whether to retrieve."""
+
+    signal: str
+    score: float | None
+    threshold: float
+    retrieve: bool
+    values: list[float] = ABSENT  # what the score aggregates: per token, or per word (entropy_trend)
+    words: list[str] = ABSENT
+    needs_retrieval: bool | None = ABSENT  # ask: the LM's judgement (None: unreadable)
+    today: str = ABSENT
+    reason: str = ABSENT
+
