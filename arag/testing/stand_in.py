@@ -3,7 +3,7 @@ benchmarks that measure programs' costs rather than their quality.
 
 It answers in a fixed way shaped by the question and the passages it is shown: a three-sentence answer whose
 second sentence has an unsure year, two sub-questions, notes that grow with new passages, relevance judged by
-word overlap, and so on. Its answers are not a model's.
+word overlap, a search between markers and then a \\boxed{} answer, and so on. Its answers are not a model's.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from arag.signatures.reasoning import BEGIN_QUERY, BEGIN_RESULT, END_QUERY
 from arag.testing.engines import Scripted, ScriptedCall, Tokens, tokenize
 
 SURE, UNSURE = 0.92, 0.3
@@ -152,6 +153,13 @@ class StandInModel:
             return "1" if len(inputs.get("summary_1", "")) >= len(inputs.get("summary_2", "")) else "2"
         if name == "needs_retrieval":  # several named things: search first
             return len(names) > 1
+        if name == "next_reasoning":  # one search, then the answer
+            if BEGIN_RESULT not in inputs.get("reasoning_so_far", ""):
+                return f"I need facts about {names[0]}.\n{BEGIN_QUERY}{names[0]}{END_QUERY}"
+            return f"The result names {names[0]}.\nSo the answer is \\boxed{{{names[0]}}}."
+        if name == "final_information":
+            titles = PASSAGE_TITLE.findall(inputs.get("documents", ""))
+            return f"The documents are about {'; '.join(titles[:3])}." if titles else ""
         return ""
 
     @staticmethod

@@ -7,12 +7,14 @@ and why a program stops; `schema` reads traces by kind and generates the trace's
 from arag.trace.method_steps import (
     Action,
     AnswerFromQuestion,
+    BackOff,
     Beam,
     Candidate,
     Candidates,
     Chosen,
     ClosedSet,
     Compare,
+    Condense,
     Contexts,
     Deduce,
     Draft,
@@ -32,6 +34,7 @@ from arag.trace.method_steps import (
     Search,
     Select,
     Summary,
+    Turn,
     Validity,
 )
 from arag.trace.record import ABSENT, STEP_KINDS, Step
@@ -65,11 +68,11 @@ from arag.trace.steps import (
 )
 
 __all__ = [
-    "ABSENT", "STEP_KINDS", "Act", "Action", "Answer", "AnswerFromQuestion", "Beam", "Branch", "Candidate",
-    "Candidates", "Chosen", "ClosedSet", "Compare", "Contexts", "Deduce", "Draft", "Dropped", "Evaluate",
+    "ABSENT", "STEP_KINDS", "Act", "Action", "Answer", "AnswerFromQuestion", "BackOff", "Beam", "Branch", "Candidate",
+    "Candidates", "Chosen", "ClosedSet", "Compare", "Condense", "Contexts", "Deduce", "Draft", "Dropped", "Evaluate",
     "FollowUp", "Gate", "Generate", "Ground", "Hop", "NoEvidence", "Note", "Observation", "Pair", "PieceStep", "Query",
     "Read", "Refine", "RetrievalDecision", "Retrieve", "Review", "Rewrite", "Route", "Search", "Select", "Sentence",
-    "Step", "Stop", "StopReason", "Summary", "Trace", "Unreadable", "Validity", "Window", "Write", "branch_of",
+    "Step", "Stop", "StopReason", "Summary", "Trace", "Turn", "Unreadable", "Validity", "Window", "Write", "branch_of",
     "current_trace", "is_step", "kinds_of", "note", "recording", "shown_probability", "steps_of", "stop_reason",
     "trace_declarations", "trace_schema", "trace_schema_text", "trace_steps",
 ]

@@ -1,5 +1,5 @@
-"""The step kinds of single methods: CRAG, Self-RAG, Adaptive-Note, GenGround, SuRe and the uncertainty gate
-(the kinds every program may record are in `arag.trace.steps`)."""
+"""The step kinds of single methods: CRAG, Self-RAG, Adaptive-Note, GenGround, SuRe, the uncertainty gate and
+Search-o1 (the kinds every program may record are in `arag.trace.steps`)."""
 
 from __future__ import annotations
 
@@ -316,3 +316,36 @@ class Gate(Step, kind="gate", decision="retrieve"):
     today: str = ABSENT
     reason: str = ABSENT
 
+
+# --- Search-o1 ---------------------------------------------------------------------------------------------
+
+
+@declared
+class Turn(Step, kind="turn", decision="action"):
+    """Search-o1: one generation of the reasoning, the query it ends on, and what followed it."""
+
+    turn: int
+    text: str
+    query: str | None
+    action: str  # search, limit_notice, repeat_notice or finished
+
+
+@declared
+class Condense(Step, kind="condense"):
+    """Search-o1: Reason-in-Documents: the documents a query found, condensed into the result inserted into
+    the reasoning."""
+
+    turn: int
+    query: str
+    passage_ids: list[str]
+    previous_reasoning: str
+    analysis: str = ABSENT
+    result: str
+    found_nothing: bool
+
+
+@declared
+class BackOff(Step, kind="back_off"):
+    """Search-o1: the reasoning gave no final answer; the answer comes from reasoning without retrieval."""
+
+    reason: str
