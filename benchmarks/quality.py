@@ -1,14 +1,16 @@
 """The quality table: programs × datasets on one model and retriever, resumable, with intervals and costs.
 
-    python benchmarks/quality.py [--model qwen2.5-coder-1.5b] [--n 20] [--programs single-rag,flare,...]
-                                 [--datasets hotpotqa,popqa] [--table | --report FOLDER]
+    python benchmarks/quality.py [--model qwen2.5-coder-1.5b] [--n N] [--programs single-rag,flare,...]
+                                 [--datasets hotpotqa,popqa,2wiki] [--table | --report FOLDER]
 
-Every program runs with its defaults over the first --n questions of each dataset (a fixed order, so every
-program sees the same questions): HotpotQA (../shared/datasets/hotpotqa, BM25 over its distractor corpus) and
-PopQA's long tail, the questions that carry passages (../shared/datasets/popqa_longtail, BM25 over its corpus).
-The model is loaded once for the whole matrix; each cell (program, dataset) gets a fresh DSPy cache, so every
-cost is the program's own. Scored by EM, F1 and match (a gold alias appears in the answer: the accuracy the
-Self-RAG and CRAG papers report).
+Every program runs with its defaults over the table's questions of each dataset (a fixed order, so every program
+sees the same questions; quality_plan.py says which, and which are kept apart for training): HotpotQA
+(../shared/datasets/hotpotqa, BM25 over its distractor corpus), PopQA's long tail, the questions that carry
+passages (popqa_longtail), 2WikiMultihopQA's dev questions (2wikimultihopqa, BM25 over their paragraphs) and
+MuSiQue's (musique). Without --n, the plan sets each cell's number of questions: the core programs' counts, the
+others grown in blocks of 10 while their interval against single-rag decides nothing. The model is loaded once
+for the whole matrix; each cell (program, dataset) gets a fresh DSPy cache, so every cost is the program's own.
+Scored by EM, F1 and match (a gold alias appears in the answer: the accuracy the Self-RAG and CRAG papers report).
 
 Each cell is an `arag eval` run folder under --runs (traces included, for `arag report`), and its compact rows
 (id, answer, scores, costs, step counts and the commit: no question or passage text) are kept under --results,
@@ -16,15 +18,16 @@ which lives in the repository: stopped at any moment (SIGKILL included), the mat
 on this machine or another that has the results, without answering a question twice. Several processes can share
 one matrix (the same command started N times, e.g. one per core with --threads 1): a cell another process is
 running is skipped, and each process takes the next free one. --table prints one table of
-both datasets: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
-the same questions, and its costs per question; --report FOLDER draws the same results as `arag report`'s page.
+every dataset: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
+the same questions (a compiled or tuned row's also from its own program), its costs per question, and the rule
+that set its number of questions; --report FOLDER draws the same results as `arag report`'s page.
 --compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile`, e.g. BootstrapFewShot
 on other questions than the table's), --tuned FILE one for a program's parameters tuned on other questions
 (`benchmarks/tuning_local.py --skip 20`); --table and --report show the compiled and tuned rows the results
 hold, after the others.
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
-`--router-labels` runs what its labels need on the questions after the table's (`--skip 20 --n 30 --runs
+`--router-labels` runs what its labels need on questions apart from the table's (`--skip 20 --n 30 --runs
 runs/router/MODEL --results benchmarks/results/router/MODEL`): no-retrieval and single-rag on each, ircot on those
 whose label their answers leave open; then `--train-router router.json` with the same --skip, --n and --results
 (or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
@@ -46,6 +49,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
+from quality_plan import (  # noqa: E402
+    DATASETS,
+    FIRST_N,
+    router_training_ids,
+    split_of,
+    table_questions,
+    target_n,
+    training_questions,
+)
 
 import arag  # noqa: E402
 from arag.data._io import atomic_writer  # noqa: E402
@@ -55,14 +67,13 @@ from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.programs.frame.params import resolve_params  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import PREDICTIONS, Run, check_run_folder, last_rows, summarize  # noqa: E402
-from arag.runs.table import table_rows  # noqa: E402
+from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
-DATASET_NAMES = {"hotpotqa": "HotpotQA", "popqa": "PopQA"}
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
          "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
@@ -72,14 +83,6 @@ KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "reused_prom
         "retrieval_calls", "distinct_passages", "seconds", "error_kind", "error_step")
 
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
-
-
-def datasets(shared: Path) -> dict[str, tuple[Path, Path, bool]]:
-    """name -> (questions, corpus, keep only questions that carry passages)."""
-    return {
-        "hotpotqa": (shared / "hotpotqa" / "public.jsonl", shared / "hotpotqa" / "corpus.jsonl", False),
-        "popqa": (shared / "popqa_longtail" / "public.jsonl", shared / "popqa_longtail" / "corpus.jsonl", True),
-    }
 
 
 def positive_int(text: str) -> int:
@@ -94,14 +97,6 @@ def non_negative_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of questions (a whole number, 0 or more)")
     return int(text)
-
-
-def load_questions(path: Path, with_passages: bool, n: int, skip: int = 0) -> list[dspy.Example]:
-    """The n questions after the first `skip`, in the file's order."""
-    examples = arag.load_examples(str(path))
-    if with_passages:
-        examples = [e for e in examples if getattr(e, "passages", None)]
-    return examples[skip:skip + n]
 
 
 def compact(row: dict, commit: str) -> dict:
@@ -226,6 +221,22 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
     return kept
 
 
+def run_planned_cell(cell: Cell, dataset: str, questions: list[dspy.Example], corpus: Path, lm: dspy.LM,
+                     runs: Path, results: Path) -> tuple[list[dspy.Example], dict[str, dict]]:
+    """A cell run to the number of questions the plan gives it (`target_n`), block after block while it grows;
+    the questions it now covers and its results."""
+    while True:
+        rows = cell_rows(results, dataset, cell.name, questions)
+        n, rule = target_n(cell.name, dataset, rows, cell_rows(results, dataset, BASELINE, questions))
+        examples = questions[:n]
+        kept = read_results(results / dataset / f"{cell.name}.jsonl")
+        if all(e.id in kept and "error_kind" not in kept[e.id] for e in examples) and rule != "growing":
+            return examples, kept
+        kept = run_cell(cell, dataset, examples, corpus, lm, runs, results)
+        if rule != "growing":
+            return examples, kept
+
+
 def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dict[str, dict]) -> None:
     done = [kept[e.id] for e in examples if e.id in kept]
     f1 = sum(r.get("metrics", {}).get("f1", 0.0) for r in done) / max(len(done), 1)
@@ -234,32 +245,51 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
 
 
 def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str,
-                label: str) -> None:
-    """One Markdown table of every dataset's cells over its `selected` questions: scores, each one's difference
-    from single-rag on the same questions with its 95 % interval, and costs per question (prompt tokens with, in
-    brackets, those llama.cpp reused from the call before); then the model and the commits the rows were
-    answered at."""
-    print(f"The {which} of each dataset\n")
-    print("| dataset | program | n | failed | EM | F1 | F1 − single-rag [95 %] | match | match − single-rag [95 %] "
-          "| LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q | s/q |")
-    print("|---" * 14 + "|")
+                label: str, n_fixed: bool) -> None:
+    """One Markdown table of every dataset's cells over those of its `selected` questions each has answered:
+    scores, each one's difference from single-rag on the same questions with its 95 % interval (and a compiled
+    or tuned row's from its own program), costs per question (prompt tokens with, in brackets, those llama.cpp
+    reused from the call before), and the rule that set the cell's number of questions; then the model and the
+    commits the rows were answered at."""
+    print(f"The {which} of each dataset (the split of its source they come from beside its name)\n")
+    print("| dataset | program | n | n rule | failed | EM | F1 | F1 − single-rag [95 %] | F1 − own program [95 %] "
+          "| match | match − single-rag [95 %] | LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q "
+          "| s/q |")
+    print("|---" * 16 + "|")
     commits: Counter = Counter()
     for dataset, examples in selected.items():
         runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
         commits.update(row.get("commit", "unknown") for _, rows in runs for row in rows)
-        baseline = BASELINE if any(name == BASELINE for name, _ in runs) else None
+        by_name = dict(runs)
+        baseline = BASELINE if BASELINE in by_name else None
+        answered = {row["id"] for rows in by_name.values() for row in rows}
+        split = split_of([e for e in examples if e.id in answered], DATASETS[dataset].split)
         for row in table_rows(runs, METRICS, baseline):
+            name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
+            own = own_program(name)
+            own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))
+                          if own in by_name else None)
+            rule = "--n" if n_fixed else target_n(name, dataset, by_name[name], by_name.get(BASELINE, []))[1]
             reused = f" ({row['reused_prompt_tokens']:,.0f})" if row["reused_prompt_tokens"] is not None else ""
             calls, prompt, completion, retrievals, seconds = (
                 per_question(row[name], spec) for name, spec in (("lm_calls", ".1f"), ("prompt_tokens", ",.0f"),
                 ("completion_tokens", ",.0f"), ("retrieval_calls", ".1f"), ("seconds", ",.0f")))
-            print(f"| {DATASET_NAMES[dataset]} | {row['run']} | {row['n']} | {row['failed']} | {row['em']:.3f} "
-                  f"| {row['f1']:.3f} | {f1_change} | {row['match']:.3f} | {match_change} | {calls} "
-                  f"| {prompt}{reused} | {completion} | {retrievals} | {seconds} |")
+            print(f"| {DATASETS[dataset].label} ({split}) | {name} | {row['n']} | {rule} | {row['failed']} "
+                  f"| {row['em']:.3f} | {row['f1']:.3f} | {f1_change} | {str(own_change or '—').replace('-', '−')} "
+                  f"| {row['match']:.3f} | {match_change} | {calls} | {prompt}{reused} | {completion} | {retrievals} "
+                  f"| {seconds} |")
     answered_at = ", ".join(f"{commit} ({count})" for commit, count in commits.most_common())
     print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}.")
+
+
+def own_program(cell: str) -> str | None:
+    """The program a compiled or tuned row varies (flare for flare-compiled), None for a program's own row."""
+    for variant in VARIANTS:
+        if cell.endswith(f"-{variant}"):
+            return cell[: -len(variant) - 1]
+    return None
 
 
 def per_question(value: float | None, spec: str) -> str:
@@ -313,17 +343,21 @@ def main() -> int:
     parser.add_argument("--api-base", help="an OpenAI-compatible server's URL, for --lm")
     parser.add_argument("--threads", type=int, help="llama.cpp CPU threads (default: the engine's; 1 on a busy "
                         "machine, where threads that wait for each other lose far more than one thread gains)")
-    parser.add_argument("--n", type=positive_int, default=20, help="the first N questions of each dataset")
+    parser.add_argument("--n", type=positive_int,
+                        help="the table's first N questions of each dataset for every cell (default: the plan of "
+                             "quality_plan.py: the core programs' counts, the others grown in blocks while their "
+                             "interval against single-rag decides nothing)")
     parser.add_argument("--skip", type=non_negative_int, default=0, metavar="M",
-                        help="take the N questions after the first M: other questions than the table's, e.g. "
-                             "--skip 20 for the runs that train adaptive-rag's router (with --runs and --results "
-                             "of their own)")
+                        help="take the N questions after the first M of the file (default N 20): other questions "
+                             "than the table's, e.g. --skip 20 for the runs that train adaptive-rag's router (with "
+                             "--runs and --results of their own)")
     parser.add_argument("--programs", help="comma-separated, run in this order (default: every program)")
     parser.add_argument("--router-labels", action="store_true",
                         help="run what adaptive-rag's router learns from, with --skip and --runs and --results of "
                              "their own: no-retrieval and single-rag on every question, ircot on those whose label "
                              "their answers leave open (a single-hop question both missed)")
-    parser.add_argument("--datasets", default="hotpotqa,popqa", help="comma-separated: hotpotqa, popqa")
+    parser.add_argument("--datasets", default="hotpotqa,popqa,2wiki",
+                        help=f"comma-separated, of: {', '.join(DATASETS)}")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
     parser.add_argument("--compiled", action="append", default=[], type=Path, metavar="FILE",
@@ -356,7 +390,7 @@ def main() -> int:
     chosen = ",".join(STRATEGIES.values()) if args.router_labels else args.programs
     programs = [name.strip() for name in (ORDER if chosen is None else chosen.split(",")) if name.strip()]
     names = [name.strip() for name in args.datasets.split(",") if name.strip()]
-    unknown = sorted(set(programs) - set(arag.PROGRAMS)) + sorted(set(names) - set(datasets(args.shared)))
+    unknown = sorted(set(programs) - set(arag.PROGRAMS)) + sorted(set(names) - set(DATASETS))
     if unknown:
         raise SystemExit(f"unknown program or dataset: {', '.join(unknown)}")
     params: dict[str, dict] = {}
@@ -380,14 +414,18 @@ def main() -> int:
             for cell in (cell.name for cell in cells):
                 run_dir = runs / dataset / cell
                 sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
-    sets = datasets(args.shared)
-    selected = {name: load_questions(sets[name][0], sets[name][2], args.n, args.skip) for name in names}
+    if args.skip:
+        n = args.n or FIRST_N
+        selected = {name: training_questions(DATASETS[name], args.shared, n, args.skip) for name in names}
+        which = f"questions {args.skip + 1} to {args.skip + n} (of the file)"
+    else:
+        selected = {name: table_questions(DATASETS[name], args.shared, args.n or len(DATASETS[name].questions(
+            args.shared))) for name in names}
+        which = f"table's first {args.n} questions" if args.n else "table's questions"
     for name, examples in selected.items():
-        if len(examples) < args.n:
-            print(f"{name} has {len(examples)} questions after --skip {args.skip}, fewer than --n {args.n}: "
-                  "all of them are taken",
+        if args.n and len(examples) < args.n:
+            print(f"{name} has {len(examples)} questions to take, fewer than --n {args.n}: all of them are taken",
                   file=sys.stderr)
-    which = f"questions {args.skip + 1} to {args.skip + args.n}" if args.skip else f"first {args.n} questions"
     if args.report:
         if args.report.exists() and not args.report.is_dir():
             raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")
@@ -406,7 +444,7 @@ def main() -> int:
             print(line)
         print(f"wrote {args.train_router}")
     if args.table or args.sync:
-        print_table(results, cell_names, selected, which, label)
+        print_table(results, cell_names, selected, which, label, n_fixed=bool(args.n or args.skip))
     if args.table or args.sync or args.report or args.train_router:
         return 0
     lm = (arag.build_lm(args.lm, api_base=args.api_base, logprobs=True, top_logprobs=5) if args.lm
@@ -422,13 +460,20 @@ def main() -> int:
                 if not examples:
                     print(f"{cell.name:<24}{dataset:<10}   0 questions: no label waits on it", flush=True)
                     continue
+            if cell.program == "adaptive-rag" and not args.skip:
+                learned = router_training_ids(ROOT / "benchmarks" / "results" / "router" / label, dataset)
+                examples = [e for e in examples if e.id not in learned]
+            corpus = DATASETS[dataset].corpus(args.shared)
             try:
-                kept = run_cell(cell, dataset, examples, sets[dataset][1], lm, runs, results)
+                if args.n or args.skip:
+                    kept = run_cell(cell, dataset, examples, corpus, lm, runs, results)
+                else:
+                    examples, kept = run_planned_cell(cell, dataset, examples, corpus, lm, runs, results)
             except arag.FolderInUse as exc:
                 print(f"{cell.name:<24}{dataset:<10}skipped: {exc}", flush=True)
                 continue
             report_cell(cell.name, dataset, examples, kept)
-    print_table(results, cell_names, selected, which, label)
+    print_table(results, cell_names, selected, which, label, n_fixed=bool(args.n or args.skip))
     return 0
 
 

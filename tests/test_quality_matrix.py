@@ -104,7 +104,7 @@ def test_a_killed_matrix_resumes_without_repeating_a_question(shared_dataset, tm
     assert resumed_calls <= 6 - answered_before + 1  # at most the question in flight is asked again
     assert calls_before - uninterrupted_calls + resumed_calls <= uninterrupted_calls + 1
     assert results(tmp_path / "killed") == results(tmp_path / "whole")
-    assert "| HotpotQA | single-rag | 6 | 0 |" in table and "| F1 − single-rag [95 %] |" in table
+    assert "| HotpotQA (dev) | single-rag | 6 | --n | 0 |" in table and "| F1 − single-rag [95 %] |" in table
 
 
 def test_a_cell_another_process_runs_is_skipped_and_two_processes_share_a_matrix(shared_dataset, tmp_path):
@@ -126,7 +126,7 @@ def test_a_cell_another_process_runs_is_skipped_and_two_processes_share_a_matrix
 
     assert calls_shared == calls_alone == 12  # whichever took which cell, no question was answered twice
     assert results(tmp_path / "shared") == results(tmp_path / "alone")
-    assert "| HotpotQA | single-rag | 6 | 0 |" in from_results(tmp_path / "shared", "--table")
+    assert "| HotpotQA (dev) | single-rag | 6 | --n | 0 |" in from_results(tmp_path / "shared", "--table")
 
 
 def test_sync_gives_rows_the_commit_of_the_process_that_answered_them(shared_dataset, tmp_path):
@@ -207,7 +207,7 @@ def test_a_failed_question_counts_as_failed_in_the_table_and_the_report(shared_d
     table = from_results(tmp_path, "--table", "--report", str(tmp_path / "report"))
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["n_failed"] for run in runs] == [1, 1]
-    assert "| no-retrieval | 6 | 1 |" in table and "| HotpotQA | single-rag | 6 | 1 |" in table
+    assert "| no-retrieval | 6 | --n | 1 |" in table and "| HotpotQA (dev) | single-rag | 6 | --n | 1 |" in table
 
 
 def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
@@ -219,13 +219,14 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "results" / "hotpotqa" / "single-rag-tuned.jsonl").read_text()
             .splitlines()]
     assert len(rows) == 6 and {row["distinct_passages"] for row in rows} == {2}
-    assert "| HotpotQA | single-rag-tuned | 6 | 0 |" in table and "| HotpotQA | single-rag | 6 | 0 |" in table
+    assert "| HotpotQA (dev) | single-rag-tuned | 6 | --n | 0 |" in table
+    assert "| HotpotQA (dev) | single-rag | 6 | --n | 0 |" in table
     info = json.loads((tmp_path / "runs" / "hotpotqa" / "single-rag-tuned" / "run.json").read_text())
     assert info["program"] == "single-rag" and info["params"]["k"] == 2
     # the results alone, without the parameter file: the table and the report still show the tuned row last
     (tmp_path / "report").mkdir()
     shown = from_results(tmp_path, "--table", "--report", str(tmp_path / "report")).splitlines()
-    assert shown[-3].startswith("| HotpotQA | single-rag-tuned | 6 | 0 |")
+    assert shown[-3].startswith("| HotpotQA (dev) | single-rag-tuned | 6 | --n | 0 |")
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["run"] for run in runs][-1] == "single-rag-tuned"
     assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
