@@ -75,9 +75,9 @@ SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
-ORDER = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "flare-instruct", "prev-window",
-         "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag", "crag", "self-crag", "react",
-         "adaptive-rag")
+ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
+         "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
+         "crag", "self-crag", "react", "adaptive-rag")
 ANSWERED_AT = "answered-at"  # in a run folder: the commit of the process answering its questions
 KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens",
         "retrieval_calls", "distinct_passages", "seconds", "error_kind", "error_step")
