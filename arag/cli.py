@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import click
 import ujson
 
+from arag.cli_logging import configure_logging
 from arag.cli_optimize import compile_command, train_router_command, tune_command
 from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
 from arag.errors import AragError, ConfigError
@@ -40,11 +40,11 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
-@click.option("-v", "--verbose", is_flag=True, help="Log what arag does (index builds, LM set-up).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Also show other libraries' log messages and progress bars (arag's own progress always shows).")
 def main(verbose: bool) -> None:
     """Adaptive retrieval-augmented generation programs on DSPy."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(name)s: %(message)s")
-    logging.getLogger("arag").setLevel(logging.INFO)
+    configure_logging(verbose)
 
 
 @main.command("programs")
