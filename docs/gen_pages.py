@@ -6,19 +6,13 @@
 - quality/table.md: the quality table, printed by `python benchmarks/quality.py --table` for each model whose
   results are under benchmarks/results/quality/.
 - benchmarks/full.md: benchmarks/README.md as it is.
-
-It also lays out `arag` as installed for the API reference (API_SOURCE): arag's subpackages are folders beside
-arag/ (programs/, retrievers/, ...) that the install maps into it, and mkdocstrings reads the source tree as it
-lies on disk, so it reads this tree of symbolic links instead (mkdocs.yml names it in mkdocstrings' `paths`).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import json
 import logging
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +21,6 @@ from typing import Any
 import mkdocs_gen_files
 
 ROOT = Path(__file__).resolve().parents[1]
-API_SOURCE = ROOT / "build" / "api-source"
 log = logging.getLogger("mkdocs.plugins.gen_pages")
 
 
@@ -177,25 +170,11 @@ def quality_page() -> str:
     return "\n".join(lines) + "\n"
 
 
-def lay_out_installed_package() -> None:
-    """API_SOURCE/arag: links to every entry of arag/, and to each top-level folder the install maps to arag.NAME."""
-    shutil.rmtree(API_SOURCE, ignore_errors=True)
-    package = API_SOURCE / "arag"
-    package.mkdir(parents=True)
-    for entry in (ROOT / "arag").iterdir():
-        (package / entry.name).symlink_to(entry)
-    for folder in sorted(p for p in ROOT.iterdir() if (p / "__init__.py").is_file()):
-        if (package / folder.name).exists() or importlib.util.find_spec(f"arag.{folder.name}") is None:
-            continue  # arag itself, or a folder that is not part of the package
-        (package / folder.name).symlink_to(folder)
-
-
 def write(path: str, text: str) -> None:
     with mkdocs_gen_files.open(path, "w") as page:
         page.write(text)
 
 
-lay_out_installed_package()
 write("programs/reference.md", programs_page())
 write("trace-steps.md", trace_page())
 write("quality/table.md", quality_page())
