@@ -78,8 +78,7 @@ ASK_DEMOS = (
 
 @register
 class UncertaintyGate(RAGProgram):
-    """Draft closed-book; retrieve and answer as single-rag does only when the chosen signal says the draft is
-    uncertain."""
+    """Draft closed-book; retrieve and answer as single-rag does when the signal finds the draft uncertain."""
 
     name = "uncertainty-gate"
     lm_calls_formula = "ask: 1 judgement + 1 answer; others: 1 draft, +1 answer when retrieving"
