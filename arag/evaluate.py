@@ -9,6 +9,7 @@ at a time holds a run folder (an exclusive lock on its `run.lock`); a folder wit
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import math
 import time
@@ -54,8 +55,9 @@ def evaluate(
     `metrics` defaults to the ones that suit each example's dataset. With `out_dir`, rows go to
     `out_dir/predictions.jsonl` as they finish and `out_dir/summary.json` at the end; examples
     already answered there are skipped; failed ones are run again, with a fresh LM rollout so that
-    DSPy's cache does not replay the failure. `run_info` (program name, parameters, ...) is stored in
-    `out_dir/run.json` and must match on resume.
+    DSPy's cache does not replay the failure. `run_info` (program name, parameters, ...; default: `describe_run`'s
+    account of the program, the configured LM and the examples) is stored in `out_dir/run.json` and in the summary;
+    a folder holding a run of other settings is refused, never resumed.
 
     An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
     its error's kind, message and step, its partial trace and what it spent; the run goes on. A user
@@ -69,7 +71,9 @@ def evaluate(
         raise ConfigError(f"threads must be at least 1, got {threads}")
     _check_unique_ids(devset)
     require_lm()
-    store = RunFolder(Path(out_dir), run_info or {}) if out_dir is not None else None
+    if run_info is None:
+        run_info = describe_run(program, devset)
+    store = RunFolder(Path(out_dir), run_info) if out_dir is not None else None
     with store or nullcontext():
         finished = store.finished() if store else {}
         attempts = store.attempts() if store else {}
@@ -121,6 +125,23 @@ def evaluate(
             if store:
                 store.write_summary(summary)
     return EvalResult(rows=ordered, summary=summary)
+
+
+def describe_run(program: dspy.Module, devset: Sequence[dspy.Example]) -> dict[str, Any]:
+    """What a run is, for run.json when the caller says nothing: the program's name and parameters, a digest of its
+    prompts and demos (a compiled program is another run than the program it came from), the configured LM's model
+    and the examples' dataset names."""
+    state = json.dumps(program.dump_state(), sort_keys=True, ensure_ascii=False, default=str)
+    lm = dspy.settings.lm
+    datasets = sorted({str(ex.get("dataset")) for ex in devset if ex.get("dataset")})
+    described = {
+        "program": getattr(program, "name", None) or type(program).__name__,
+        "params": dict(getattr(program, "config", None) or {}),
+        "prompts": "sha256:" + hashlib.sha256(state.encode("utf-8")).hexdigest()[:16],
+        "lm": getattr(lm, "model", None) or type(lm).__name__,
+        "dataset": ", ".join(datasets) or None,
+    }
+    return json.loads(json.dumps(described, default=str))  # as run.json will hold it, to compare on resume
 
 
 def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[str] | None,

@@ -1,5 +1,6 @@
 """The evaluation harness: rows, summary, resumption, failures, and run folders that are not arag's to resume."""
 
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ from arag.errors import AragError, ConfigError, DataError
 from arag.evaluate import evaluate
 from arag.programs import build_program
 from arag.runs import last_rows, read_rows
-from arag.testing import Faults, scripted_lm
+from arag.testing import NUMBERED, Faults, TemplateRetriever, scripted_lm
 
 
 def examples(n):
@@ -52,7 +53,7 @@ def test_rerun_skips_finished_examples(tmp_path):
     first = scripted_lm(echo_item)
     with dspy.context(lm=first):
         evaluate(program, examples(4), out_dir=tmp_path, progress=False)
-    second = scripted_lm(echo_item)
+    second = scripted_lm(echo_item, name=first.model)  # the same model: the run records its name
     with dspy.context(lm=second):
         result = evaluate(program, examples(7), out_dir=tmp_path, progress=False)
     assert second.engine.count == 3
@@ -68,7 +69,7 @@ def test_failed_examples_are_recorded_then_retried(tmp_path):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert result.summary["n_failed"] == 3
     assert all(r["error"] and r["prediction"] is None and set(r["metrics"].values()) == {0.0} for r in result.rows)
-    healthy = scripted_lm(echo_item)
+    healthy = scripted_lm(echo_item, name=broken.model)  # the endpoint mended
     with dspy.context(lm=healthy):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert healthy.engine.count == 3 and result.summary["n_failed"] == 0
@@ -79,7 +80,7 @@ def test_consecutive_failures_stop_the_run_and_keep_finished_rows(tmp_path):
     good = scripted_lm(echo_item)
     with dspy.context(lm=good):
         evaluate(program, examples(2), out_dir=tmp_path, progress=False)
-    broken = scripted_lm(echo_item, faults=Faults(server_error=1.0, seed=1), num_retries=0)
+    broken = scripted_lm(echo_item, faults=Faults(server_error=1.0, seed=1), num_retries=0, name=good.model)
     with dspy.context(lm=broken), pytest.raises(AragError, match="3 failed examples in a row"):
         evaluate(program, examples(20), out_dir=tmp_path, progress=False, max_errors=3)
     summary = ujson.loads((tmp_path / "summary.json").read_text())
@@ -88,11 +89,12 @@ def test_consecutive_failures_stop_the_run_and_keep_finished_rows(tmp_path):
 
 def test_a_half_written_last_line_is_dropped(tmp_path):
     program = build_program("no-retrieval")
-    with dspy.context(lm=scripted_lm(echo_item)):
+    first = scripted_lm(echo_item)
+    with dspy.context(lm=first):
         evaluate(program, examples(2), out_dir=tmp_path, progress=False)
     with open(tmp_path / "predictions.jsonl", "a") as f:
         f.write('{"id": "q2", "question": "What is it')
-    lm = scripted_lm(echo_item)
+    lm = scripted_lm(echo_item, name=first.model)
     with dspy.context(lm=lm):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert lm.engine.count == 1 and result.summary["n"] == 3
@@ -101,12 +103,13 @@ def test_a_half_written_last_line_is_dropped(tmp_path):
 
 def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
     program = build_program("no-retrieval")
-    with dspy.context(lm=scripted_lm(echo_item)):
+    first = scripted_lm(echo_item)
+    with dspy.context(lm=first):
         evaluate(program, examples(2), out_dir=tmp_path, progress=False)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_bytes(predictions.read_bytes().rstrip(b"\n"))
     assert [row["id"] for row in last_rows(tmp_path)] == ["q0", "q1"]
-    lm = scripted_lm(echo_item)
+    lm = scripted_lm(echo_item, name=first.model)
     with dspy.context(lm=lm):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert lm.engine.count == 1 and result.summary["n"] == 3
@@ -171,7 +174,7 @@ def test_a_broken_run_json_or_row_is_a_data_error_and_nothing_is_lost(tmp_path, 
     (tmp_path / "predictions.jsonl").write_bytes(rows)
     lm = scripted_lm(echo_item)
     with dspy.context(lm=lm), pytest.raises(DataError, match=message):
-        evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False)
+        evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False, run_info={})
     assert lm.engine.count == 0
     assert (tmp_path / "run.json").read_bytes() == run_json and (tmp_path / "predictions.jsonl").read_bytes() == rows
 
@@ -196,3 +199,105 @@ def test_a_run_folder_is_held_by_one_process_at_a_time(tmp_path):
     with dspy.context(lm=scripted_lm(echo_item)):
         assert evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False).summary["n"] == 2
     assert "pid" in (tmp_path / "run.lock").read_text()
+
+
+# ----------------------------------------------------------------------------------------------------
+# What a run is, when the caller does not say: one folder holds one program's run
+
+
+def test_two_programs_evaluated_into_one_folder_are_refused_not_mixed(tmp_path):
+    """The README's `arag.evaluate(program, devset, out_dir=...)`, no run_info: single-rag, then no-retrieval into
+    the same folder. The second must fail, not answer with single-rag's rows."""
+    lm = scripted_lm(echo_item)
+    single = build_program("single-rag", TemplateRetriever(NUMBERED), k=2)
+    with dspy.context(lm=lm):
+        evaluate(single, examples(3), out_dir=tmp_path, progress=False)
+        calls = lm.engine.count
+        with pytest.raises(ConfigError, match=r"different settings \(params, program, prompts\)"):
+            evaluate(build_program("no-retrieval"), examples(3), out_dir=tmp_path, progress=False)
+    assert lm.engine.count == calls
+    info = ujson.loads((tmp_path / "run.json").read_text())
+    assert info == {"program": "single-rag", "params": single.config, "prompts": info["prompts"], "lm": lm.model,
+                    "dataset": "jsonl"}
+    summary = ujson.loads((tmp_path / "summary.json").read_text())
+    assert summary["program"] == "single-rag" and summary["lm"] == lm.model and summary["n"] == 3
+
+
+def test_a_run_of_another_lm_or_of_the_same_program_with_demos_is_refused(tmp_path):
+    program = build_program("no-retrieval")
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    with dspy.context(lm=scripted_lm(echo_item)), pytest.raises(ConfigError, match=r"different settings \(lm\)"):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    name = ujson.loads((tmp_path / "run.json").read_text())["lm"]
+    demo = {"question": "What is item 9?", "answer": "item 9"}
+    program.named_predictors()[0][1].demos = [demo]
+    with dspy.context(lm=scripted_lm(echo_item, name=name)), \
+            pytest.raises(ConfigError, match=r"different settings \(prompts\)"):
+        evaluate(program, examples(2), out_dir=tmp_path, progress=False)
+    program.named_predictors()[0][1].demos = []
+    lm = scripted_lm(echo_item, name=name)  # the same model, another engine: a resumed run
+    with dspy.context(lm=lm):
+        assert evaluate(program, examples(3), out_dir=tmp_path, progress=False).summary["n"] == 3
+    assert lm.engine.count == 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# run.lock: arag's own file, or nothing written
+
+
+def a_fifo(path):
+    os.mkfifo(path)
+
+
+def a_hard_link_to_notes(path):
+    notes = path.parent.parent / "notes.txt"
+    notes.write_bytes(b"my notes, not a lock\n")
+    os.link(notes, path)
+
+
+def foreign_text(path):
+    path.write_bytes(b"my notes, not a lock\n")
+
+
+def a_holders_line_then_more(path):
+    path.write_bytes(b"pid 12 on host, since 2024-01-01 10:00:00\nand a second line of someone's\n")
+
+
+@pytest.mark.parametrize("make_lock, message", [
+    (a_hard_link_to_notes, r"run.lock is a hard link \(2 names for one file\)"),
+    (foreign_text, r"run.lock is not a run lock of arag's \(it holds other text\)"),
+    (a_holders_line_then_more, r"run.lock is not a run lock of arag's"),
+    (a_fifo, r"run.lock is not a plain file"),
+])
+def test_a_run_lock_that_is_not_arags_is_refused_and_never_written(tmp_path, make_lock, message):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    make_lock(folder / "run.lock")
+    before = {p.name: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*") if not p.is_dir()}
+    lm = scripted_lm(echo_item)
+    with dspy.context(lm=lm), pytest.raises(ConfigError, match=message):
+        evaluate(build_program("no-retrieval"), examples(2), out_dir=folder, progress=False)
+    after = {p.name: (p.read_bytes() if p.is_file() else None) for p in tmp_path.rglob("*") if not p.is_dir()}
+    assert after == before and lm.engine.count == 0
+
+
+def test_a_lock_left_by_an_earlier_run_is_taken_over(tmp_path):
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(build_program("no-retrieval"), examples(1), out_dir=tmp_path, progress=False)
+    (tmp_path / "run.lock").write_text("")  # made, never written: a run killed at its start
+    lm = scripted_lm(echo_item, name=ujson.loads((tmp_path / "run.json").read_text())["lm"])
+    with dspy.context(lm=lm):
+        assert evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path, progress=False).summary["n"] == 2
+    assert (tmp_path / "run.lock").read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_rows_are_never_appended_through_a_hard_link(tmp_path):
+    with dspy.context(lm=scripted_lm(echo_item)):
+        evaluate(build_program("no-retrieval"), examples(1), out_dir=tmp_path / "run", progress=False)
+    backup = tmp_path / "backup.jsonl"
+    os.link(tmp_path / "run" / "predictions.jsonl", backup)  # `cp -al`: a copy that shares the file
+    kept = backup.read_bytes()
+    with dspy.context(lm=scripted_lm(echo_item)), pytest.raises(ConfigError, match="is a hard link"):
+        evaluate(build_program("no-retrieval"), examples(2), out_dir=tmp_path / "run", progress=False)
+    assert backup.read_bytes() == kept

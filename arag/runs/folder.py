@@ -18,7 +18,9 @@ import fcntl
 import json
 import math
 import os
+import re
 import socket
+import stat
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +36,10 @@ PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
 RUN = "run.json"
 LOCK = "run.lock"
+RUN_FILES = (RUN, PREDICTIONS, SUMMARY, LOCK)  # what a run writes in its folder
+# What run.lock holds: nothing (made, not yet written) or its holder's line, `pid N on HOST[, since TIME]`.
+LOCK_LINE = re.compile(r"(pid \d+ on [^\n]{1,300}\n?)?")
+MAX_LOCK_BYTES = 400
 # reused_prompt_tokens: prompt tokens the engine took from its cache of an earlier prompt's prefix (llama.cpp's
 # KV cache, a server's prefix cache) rather than evaluating them
 COUNTS = ("lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens", "retrieval_calls",
@@ -318,11 +324,16 @@ def check_run_folder(directory: str | Path) -> None:
 
 def _previous_run(directory: Path) -> dict[str, Any] | None:
     """The run.json of an earlier run in the folder, or None for a folder without rows; links in place of
-    arag's files, and rows or a summary without a run.json (not written by arag) are refused."""
+    arag's files (symbolic ones, or a hard-linked predictions.jsonl), and rows or a summary without a run.json (not
+    written by arag) are refused."""
     for name in (RUN, PREDICTIONS, SUMMARY):
         if (directory / name).is_symlink():
             raise ConfigError(f"{directory / name} is a symbolic link; arag writes only files of its own: "
                               "use another --out")
+    rows = directory / PREDICTIONS
+    if rows.exists() and rows.stat().st_nlink != 1:  # appended to in place: a hard link would be written through
+        raise ConfigError(f"{rows} is a hard link ({rows.stat().st_nlink} names for one file); arag writes only "
+                          "files of its own: use another --out")
     if not (directory / RUN).exists():
         foreign = [name for name in (PREDICTIONS, SUMMARY) if (directory / name).exists()]
         if foreign:
@@ -336,23 +347,58 @@ def _previous_run(directory: Path) -> dict[str, Any] | None:
 
 def _lock_folder(directory: Path) -> int:
     """An exclusive lock on the folder's run.lock (a descriptor, held until closed), which then names this process;
-    FolderInUse naming the holder when another process has it."""
+    FolderInUse naming the holder when another process has it. A run.lock that is not arag's own (a link, not a
+    plain file, or content other than a holder's line) is refused and left as it was."""
     path = directory / LOCK
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        descriptor = _open_lock(path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise ConfigError(f"{path} is a symbolic link; arag writes only files of its own: use another --out") \
                 from None
         raise ConfigError(f"cannot use {directory} as the output folder: {exc.strerror or exc}") from None
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(descriptor, 200, 0).decode("utf-8", errors="replace").strip() or "unknown process"
+        _check_lock_file(path, descriptor)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_text(descriptor).strip() or "unknown process"
+            raise FolderInUse(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
+                              "or use another --out") from None
+        if not LOCK_LINE.fullmatch(_lock_text(descriptor)):  # read again: its holder may have written it since
+            raise ConfigError(f"{path} is not a run lock of arag's (it holds other text); arag writes only files "
+                              "of its own: use another --out, or move it away")
+    except BaseException:
         os.close(descriptor)
-        raise FolderInUse(f"{directory} is in use by another arag run ({holder}); wait for it to end, "
-                          "or use another --out") from None
+        raise
     os.ftruncate(descriptor, 0)
     os.pwrite(descriptor, f"pid {os.getpid()} on {socket.gethostname()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
               .encode(), 0)
     return descriptor
+
+
+def _open_lock(path: Path) -> int:
+    """A descriptor of run.lock, made here when there is none; never through a symbolic link."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return os.open(path, flags | os.O_NONBLOCK)  # a FIFO in its place must not block the open
+
+
+def _check_lock_file(path: Path, descriptor: int) -> None:
+    """A ConfigError unless the open run.lock is a plain file with no other name (a hard link would be written
+    through) whose text is empty or a holder's line."""
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        raise ConfigError(f"{path} is not a plain file; arag writes only files of its own: use another --out")
+    if status.st_nlink != 1:
+        raise ConfigError(f"{path} is a hard link ({status.st_nlink} names for one file); arag writes only files of "
+                          "its own: use another --out, or move it away")
+    if status.st_size > MAX_LOCK_BYTES or not LOCK_LINE.fullmatch(_lock_text(descriptor)):
+        raise ConfigError(f"{path} is not a run lock of arag's (it holds other text); arag writes only files of its "
+                          "own: use another --out, or move it away")
+
+
+def _lock_text(descriptor: int) -> str:
+    return os.pread(descriptor, MAX_LOCK_BYTES + 1, 0).decode("utf-8", errors="replace")

@@ -396,15 +396,18 @@ def scripted_lm(
     default_prob: float = 1.0,
     latency: float = 0.0,
     faults: Faults | None = None,
+    name: str | None = None,
     **lm_kwargs,
 ) -> dspy.LM:
     """A ``dspy.LM`` on a fresh ScriptedEngine (reachable as ``lm.engine``), named ``scripted/<uuid>``.
 
     The unique name keeps DSPy's cache, which is keyed by the request and not the engine, from answering
-    one scripted LM with another's output. ``lm_kwargs`` go to ``dspy.LM`` (e.g. ``logprobs=True``).
+    one scripted LM with another's output. `name` gives another (for one model behind several engines, e.g. a
+    run resumed after its endpoint failed: the run records the model's name). ``lm_kwargs`` go to ``dspy.LM``
+    (e.g. ``logprobs=True``).
     """
     engine = ScriptedEngine(responder, default_prob=default_prob, latency=latency, faults=faults)
-    name = f"scripted/{uuid.uuid4().hex}"
+    name = name or f"scripted/{uuid.uuid4().hex}"
     return dspy.LM(name, engine=engine, async_engine=ThreadedAsyncEngine(engine), **lm_kwargs)
 
 
