@@ -11,7 +11,7 @@ import ujson
 
 from arag.cli_logging import configure_logging
 from arag.cli_optimize import compile_command, train_router_command, tune_command
-from arag.cli_options import LMSetup, given_params, lm_options, retriever_options
+from arag.cli_options import LMSetup, given_params, lm_options, retriever_options, retriever_paths
 from arag.errors import AragError, ConfigError
 from arag.evaluate import MAX_ERRORS
 
@@ -85,11 +85,14 @@ def index_group() -> None:
 def index_build(corpus: str, out_dir: str, kind: str, checkpoint: str | None, model: str | None, k1: float | None,
                 b: float | None, threads: int | None) -> None:
     """Build an index from a corpus file (dense and milvus builds resume when rerun after an interruption)."""
-    from arag.data._io import check_output_folder
+    from arag.data._io import check_apart, check_output_folder
     from arag.retrievers import build_index
 
     if kind != "milvus":
         check_output_folder(out_dir)
+    if "://" not in out_dir:
+        check_apart(out_dir.partition("#")[0] if kind == "milvus" else out_dir,
+                    {"--corpus": corpus, "--checkpoint": checkpoint, "--model": model})
     given = {"checkpoint": checkpoint, "model": model, "k1": k1, "b": b, "threads": threads}
     options = {name: value for name, value in given.items() if value is not None}
     path = build_index(corpus, out_dir, kind=kind, **options)
@@ -140,15 +143,19 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     import dspy
 
     from arag.data import load_examples
-    from arag.data._io import check_output_folder
+    from arag.data._io import check_apart, check_output_folder
     from arag.data.metrics import get_metric
     from arag.evaluate import evaluate, fair_top_k
-    from arag.optimizers.saving import check_addresses, load_program, read_compiled
+    from arag.optimizers.saving import load_program, read_compiled
     from arag.programs import build_program, get_program
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
-    from arag.runs import check_run_folder
+    from arag.runs import RUN_FILES, check_run_folder
+    from arag.trust import check_file_settings
 
+    check_apart(out_dir, {"--dataset": dataset, "--corpus": corpus, "--retriever": retriever_paths(retriever_spec),
+                          "--compiled": compiled, "--params-file": params_file, "--fair-k-from": fair_k_from},
+                writes=RUN_FILES)
     check_run_folder(check_output_folder(out_dir))
     saved = read_compiled(compiled) if compiled else None
     if saved and program_name and program_name != saved.program:
@@ -161,7 +168,7 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     if fair_k_from:
         given["k"] = fair_top_k(fair_k_from)
     if saved:
-        check_addresses(compiled, saved.params, given)
+        check_file_settings(compiled, saved.params, caller_sets=given)
     params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)
     for name in metrics:
         get_metric(name)

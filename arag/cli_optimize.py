@@ -14,6 +14,7 @@ from arag.cli_options import (
     lm_options,
     option_assignments,
     retriever_options,
+    retriever_paths,
     searched_space,
 )
 from arag.errors import ConfigError
@@ -60,7 +61,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     import dspy
 
     from arag.data import load_examples
-    from arag.data._io import check_output_file
+    from arag.data._io import check_apart, check_output_file
     from arag.data.metrics import default_metrics, get_metric
     from arag.lm import build_lm
     from arag.optimizers.compile import compile, parse_option_value
@@ -69,7 +70,9 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     from arag.programs.frame.params import resolve_params
     from arag.retrievers import open_retriever
 
-    check_output_file(out_path)
+    check_apart(check_output_file(out_path),
+                {"--trainset": trainset, "--devset": devset, "--corpus": corpus,
+                 "--retriever": retriever_paths(retriever_spec), "--params-file": params_file})
     cls = get_program(program_name)
     params = resolve_params(cls.params, given_params(params_file, param_pairs), program_name)
     if metric:
@@ -95,7 +98,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     meta = {"teleprompter": teleprompter, "metric": metric, "options": options,
             "keep_written_demos": keep_written_demos,
             "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
-            "lm": lm_setup.spec, "prompt_lm": prompt_lm_spec}
+            "task_lm": lm_setup.spec, "prompt_lm": prompt_lm_spec}
     path = save_program(compiled, out_path, meta=meta)
     demos = {name: len(predictor.demos) for name, predictor in compiled.named_predictors()}
     click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "demos": demos}, indent=2))
@@ -157,13 +160,18 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
     import optuna
 
     from arag.data import load_examples
-    from arag.data._io import check_output_folder
+    from arag.data._io import check_apart, check_output_folder
     from arag.optimizers.saving import read_compiled
     from arag.optimizers.tuning import TuningConfig, defaults_unbeaten, search_space, tune
+    from arag.optimizers.tuning.report import WRITTEN
     from arag.programs import get_program
     from arag.retrievers import open_retriever
 
-    check_output_folder(out_dir)
+    inputs = {"--devset": devset, "--corpus": corpus, "--retriever": retriever_paths(retriever_spec),
+              "--compiled": compiled, "--params-file": params_file}
+    check_apart(check_output_folder(out_dir), inputs, writes=WRITTEN)
+    if storage and storage.startswith("sqlite:///"):
+        check_apart(storage.removeprefix("sqlite:///"), inputs, option="--storage")
     if not program_name:
         if not compiled:
             raise ConfigError("give --program NAME (or --compiled FILE)")
@@ -217,11 +225,12 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
 def train_router_command(runs: tuple[str, ...], out_path: str, metric: str, correct_at: float,
                          hop_pairs: tuple[str, ...], held_out: float, seed: int) -> None:
     """Train adaptive-rag's router from `arag eval` runs of no-retrieval, single-rag and ircot (RUN: their folders)."""
-    from arag.data._io import check_output_file
+    from arag.data._io import check_apart, check_output_file
     from arag.optimizers.router_training import label_runs, parse_hops, train_router
 
     if not check_output_file(out_path).parent.is_dir():
         raise ConfigError(f"cannot write {out_path}: its folder does not exist")
+    check_apart(out_path, {"RUN": runs})
     labelled = label_runs(runs, metric=metric, hops=parse_hops(hop_pairs), correct_at=correct_at)
     report = train_router(labelled, out_path, held_out=held_out, seed=seed, metric=metric, correct_at=correct_at)
     for line in report.lines():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,11 +138,24 @@ def retriever_options(fn):
     return fn
 
 
+def retriever_paths(spec: str | None) -> list[str]:
+    """The local path a --retriever spec reads (an index folder, a Milvus Lite file), none for a server's URL."""
+    if not spec or "://" in spec:
+        return []
+    kind, colon, location = spec.partition(":")
+    if colon and re.fullmatch(r"[A-Za-z][\w-]*", kind) and not Path(spec).exists():
+        return [location.partition("#")[0]]
+    return [spec]
+
+
 def given_params(params_file: str | None, pairs: tuple[str, ...]) -> dict[str, Any]:
     """Program parameters from --params-file, overridden by --param key=value pairs (values still unchecked)."""
     from arag.programs.frame.params import parse_assignments
+    from arag.trust import check_file_settings
 
-    return {**read_params_file(params_file), **parse_assignments(pairs)}
+    from_file, given = read_params_file(params_file), parse_assignments(pairs)
+    check_file_settings(f"--params-file {params_file}", from_file, caller_sets=given)
+    return {**from_file, **given}
 
 
 def searched_space(search: tuple[str, ...], range_pairs: tuple[str, ...], fixed: dict[str, Any]):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from arag.data._io import check_apart
 from arag.errors import AragError, ConfigError
 from arag.runs import COUNTS, Run, load_runs
 from arag.trace import trace_declarations
@@ -46,6 +47,7 @@ class ReportFile:
 def report(runs: Sequence[str | Path], out: str | Path) -> ReportFile:
     """Write the HTML report of `runs` (run folders) to `out`; a ConfigError or DataError names bad input."""
     check_out(out)
+    check_apart(out, {"RUN": runs})
     return write_report(load_runs(runs), out)
 
 

@@ -9,7 +9,7 @@ import os
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, TextIO
+from typing import Any, Iterable, Iterator, Mapping, TextIO
 
 from arag.errors import ConfigError, DataError
 
@@ -23,8 +23,9 @@ def atomic_writer(path: str | Path, newline: str | None = None, binary: bool = F
     path.parent.mkdir(parents=True, exist_ok=True)
     # Each write stages under its own name: two writers of one file never share (or remove) each other's stage.
     staging = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        with (open(staging, "xb") if binary else open(staging, "x", encoding="utf-8", newline=newline)) as handle:
+    handle = open(staging, "xb") if binary else open(staging, "x", encoding="utf-8", newline=newline)
+    try:  # only a file this call made is ever removed
+        with handle:
             yield handle
         os.replace(staging, path)
     finally:
@@ -48,6 +49,42 @@ def check_output_folder(path: str | Path) -> Path:
         raise ConfigError(f"cannot use {path} as an output folder: it is a file")
     _check_writable_folder(path, path)
     return path
+
+
+def check_apart(output: str | Path, inputs: Mapping[str, str | Path | Iterable[str | Path] | None], *,
+                writes: Iterable[str] | None = None, option: str = "--out") -> None:
+    """A ConfigError, before any work, when a command's `output` would write over one of its `inputs` (named by
+    their options, each a path, several, or None): when the output is, or is inside, an input, or an input is, or
+    is inside, what the command writes (`writes`: the names it writes inside an output folder; None: the output
+    as a whole, a file or a folder the command fills). Links are resolved; a hard link to an input counts as it."""
+    output = Path(output)
+    written = [output] if writes is None else [output / name for name in writes]
+    for label, given in inputs.items():
+        paths = [given] if isinstance(given, (str, os.PathLike)) else list(given or [])
+        for path in map(Path, paths):
+            if _is_or_inside(output, path):
+                where = "is" if _same(output, path) else "is inside"
+                raise ConfigError(f"{option} {output} {where} the input {label} {path}: it would be written over; "
+                                  f"choose another {option}")
+            if any(_is_or_inside(path, target) for target in written):
+                raise ConfigError(f"{option} {output}: the input {label} {path} is among what it would write; "
+                                  f"choose another {option}, or move the input elsewhere")
+
+
+def _is_or_inside(path: Path, folder: Path) -> bool:
+    """Whether `path` is `folder` or lies inside it, symbolic links resolved."""
+    real, real_folder = Path(os.path.realpath(path)), Path(os.path.realpath(folder))
+    return _same(path, folder) or real_folder in real.parents
+
+
+def _same(one: Path, other: Path) -> bool:
+    """Whether two paths name one file: the same after resolving links, or one file under two names."""
+    if os.path.realpath(one) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return False
 
 
 def _check_writable_folder(folder: Path, target: Path) -> None:

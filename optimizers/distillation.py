@@ -32,7 +32,7 @@ import dspy
 import ujson
 
 from arag.adapters import default_adapter
-from arag.data._io import atomic_writer
+from arag.data._io import atomic_writer, check_apart
 from arag.data.metrics import normalize_answer
 from arag.errors import DataError
 from arag.programs.genground import cited_evidence
@@ -68,6 +68,7 @@ def export_grounding(
     module docstring); `paper_filters` turns on the paper's three (all but unrevised). `with_metadata=False`
     writes bare `{"messages": ...}` lines for services that refuse other keys.
     """
+    check_apart(out_path, {"RUN": run_dir_or_predictions_path})
     chosen = (drop_malformed, drop_no_evidence, drop_unrevised, drop_revised_wrongly)
     dropped = {flaw for flaw, drop in zip(FLAWS, chosen) if drop} | (PAPER_FILTERS if paper_filters else set())
     predictions = predictions_path(run_dir_or_predictions_path)

@@ -23,6 +23,8 @@ from arag.optimizers.tuning.objectives import Objective
 from arag.optimizers.tuning.study import trial_facts
 
 logger = logging.getLogger(__name__)
+# What a tuning run writes in its folder (`run` adds the default storage, study.db, and trials/, the trials' runs).
+WRITTEN = ("best_params.json", "pareto.json", "pareto", "trials.csv", "study.json", "plots", "study.db", "trials")
 
 
 def write_report(study: optuna.Study, out_dir: str | Path, goals: Sequence[Objective], program_name: str,

@@ -25,6 +25,7 @@ from arag.lm import label_probabilities
 from arag.programs.frame.predictors import judged
 from arag.retrievers.dense import DEFAULT_MODEL, load_sentence_model, model_path
 from arag.signatures.routing import ClassifyComplexity
+from arag.trust import check_file_settings
 
 LABELS = ("A", "B", "C")
 FALLBACK_LABEL = "C"
@@ -123,6 +124,7 @@ def read_router_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{where} is not JSON ({exc})") from None
     if not isinstance(stored, dict) or stored.get("format") != ROUTER_FORMAT:
         raise ConfigError(f"{where} is not a router file of format {ROUTER_FORMAT} (written by `arag train-router`)")
+    check_file_settings(where, {k: v for k, v in stored.items() if k != "trained_on"}, key="router", hint=None)
     labels, coef, intercept = stored.get("labels"), stored.get("coef"), stored.get("intercept")
     try:
         shape = np.array(coef, dtype=float).shape
