@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from arag.passages import Passage
 from arag.retrievers.base import BaseRetriever, check_k
 from arag.retrievers.jvm import in_java, java_class
 from arag.retrievers.manifest import MANIFEST_NAME, read_index_manifest, staged_directory, write_manifest
+from arag.scratch import create_scratch, remove_scratch
 
 logger = logging.getLogger("arag")
 
@@ -98,7 +98,7 @@ class LuceneRetriever(BaseRetriever):
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ConfigError(f"threads must be a positive integer, got {threads!r}")
         with staged_directory(out_dir) as staging:
-            collection = staging / COLLECTION_FOLDER
+            collection = create_scratch(staging / COLLECTION_FOLDER)
             n_passages = write_collection(passages, collection)
             if not n_passages:
                 raise DataError(f"no passages to index into {out_dir}")
@@ -106,7 +106,7 @@ class LuceneRetriever(BaseRetriever):
             indexed = in_java(_index_collection, collection, staging, threads)
             if indexed != n_passages:
                 raise RetrieverError(f"Anserini indexed {indexed:,} of {n_passages:,} passages into {out_dir}")
-            shutil.rmtree(collection)
+            remove_scratch(collection)
             write_manifest(staging, kind=cls.kind, format_version=cls.format_version, n_passages=n_passages,
                            corpus_sha256=corpus_sha256, settings={"k1": k1, "b": b}, anserini_jar=_anserini_jar())
         return out_dir
@@ -192,8 +192,8 @@ def passage_fields(stored: str, field: str = "raw") -> tuple[str, str]:
 
 
 def write_collection(passages: Iterable[Passage], folder: Path) -> int:
-    """Writes `passages` as Anserini JsonCollection files in `folder`, PASSAGES_PER_FILE a file; returns how many."""
-    folder.mkdir()
+    """Writes `passages` as Anserini JsonCollection files in the folder `folder`, PASSAGES_PER_FILE a file; returns
+    how many."""
     count = 0
     handle = None
     try:

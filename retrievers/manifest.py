@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import struct
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -18,6 +16,7 @@ import numpy as np
 
 from arag.errors import RetrieverError
 from arag.passages import Passage
+from arag.scratch import MARKER, process_scratch, remove_abandoned, remove_scratch
 
 MANIFEST_NAME = "arag-index.json"
 PASSAGES_FILE = "passages.jsonl"
@@ -92,7 +91,8 @@ def is_taken(path: Path) -> bool:
 
 @contextmanager
 def staged_directory(out_dir: Path) -> Iterator[Path]:
-    """A fresh sibling folder to build in; renamed to `out_dir` only when the block completes.
+    """A fresh scratch folder beside `out_dir` to build in (see `arag.scratch`); renamed to `out_dir` only when the
+    block completes.
 
     A build that fails or is killed never leaves a loadable folder at `out_dir`, and what a killed build
     left (its process gone) is removed when the next build of `out_dir` starts. When `out_dir` is
@@ -100,10 +100,10 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
     """
     if is_taken(out_dir):
         raise IndexExistsError(f"{out_dir} already exists and is not empty; remove it or choose another folder")
+    prefix = STAGING_PREFIX.format(name=out_dir.name)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_abandoned_builds(out_dir)
-    staging = out_dir.parent / f"{STAGING_PREFIX.format(name=out_dir.name)}{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
+    remove_abandoned(out_dir.parent, prefix)
+    staging = process_scratch(out_dir.parent, prefix)
     try:
         yield staging
         try:
@@ -112,27 +112,9 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
             if is_taken(out_dir):
                 raise IndexExistsError(f"{out_dir} was created by someone else during this build") from exc
             raise
+        (out_dir / MARKER).unlink()  # the published index is the user's, no longer arag's scratch
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
-def remove_abandoned_builds(out_dir: Path) -> None:
-    """Removes the staging folders of builds of `out_dir` whose process no longer runs on this machine."""
-    prefix = STAGING_PREFIX.format(name=out_dir.name)
-    for staging in out_dir.parent.iterdir():
-        pid = staging.name.removeprefix(prefix).partition("-")[0] if staging.name.startswith(prefix) else ""
-        if pid.isdigit() and not _process_exists(int(pid)):
-            shutil.rmtree(staging, ignore_errors=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, and belongs to another user
-    return True
+        remove_scratch(staging, missing_ok=True)
 
 
 def offsets_path(passages_path: Path) -> Path:

@@ -15,6 +15,7 @@ from arag.retrievers import BM25Retriever, build_index
 from arag.retrievers import bm25 as bm25_module
 from arag.retrievers import manifest as manifest_module
 from arag.retrievers.manifest import MANIFEST_NAME
+from arag.scratch import create_scratch
 
 PASSAGES = [
     Passage("p0", "Zanzibar", "Zanzibar is an archipelago off the coast of Tanzania, famous for cloves and spices."),
@@ -165,7 +166,7 @@ def test_build_killed_midway_leaves_no_loadable_index(tmp_path, monkeypatch):
     abandoned = tmp_path / f".index.building-{int(finished.stdout)}-deadbeef"  # what a SIGKILLed build leaves behind
     running = tmp_path / f".index.building-{os.getpid()}-cafebabe"  # a build still in progress
     for staging in (abandoned, running):
-        staging.mkdir()
+        create_scratch(staging)  # marked as arag's, as every staging folder arag makes
         (staging / MANIFEST_NAME).write_text('{"kind": "bm25"}')
     with monkeypatch.context() as patch:
         patch.setattr(manifest_module, "write_records", write_half_then_die)

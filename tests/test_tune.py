@@ -405,3 +405,16 @@ def test_crag_thresholds_are_drawn_in_order_so_no_trial_is_infeasible():
         drawn.append(chosen)
     assert all(d["lower"] <= d["upper"] for d in drawn)
     assert min(d["upper"] for d in drawn) < -0.5 and max(d["lower"] for d in drawn) > 0.0  # the whole triangle
+
+
+def test_a_trial_folder_arag_did_not_make_is_refused_and_kept(retriever, tmp_path):
+    from arag.scratch import ForeignFolder
+
+    theirs = tmp_path / "trials" / "single-rag-em" / "0000"
+    theirs.mkdir(parents=True)
+    (theirs / "notes.txt").write_text("my notes\n")
+    lm = scripted_lm(answers_when_the_evidence_fits)
+    with pytest.raises(ForeignFolder, match=f"{theirs} is a folder that arag did not create"):
+        tune("single-rag", EXAMPLES[:2], retriever,
+             TuningConfig(trials=1, out_dir=tmp_path, objectives=("em",), space=SPACE, plots=False), lm=lm)
+    assert sorted(p.name for p in theirs.iterdir()) == ["notes.txt"]
