@@ -180,8 +180,10 @@ class PassageStore:
             size = path.stat().st_size
         except (OSError, ValueError) as exc:
             raise RetrieverError(f"{path.parent}: damaged passage store ({exc})") from None
-        if int(self._offsets[-1]) != size:
-            raise RetrieverError(f"{path.parent}: damaged passage store ({path.name} and its offsets disagree)")
+        if not len(self._offsets) or int(self._offsets[0]) != 0 or int(self._offsets[-1]) != size:
+            raise RetrieverError(f"{path.parent}: damaged passage store ({path.name} and its offsets disagree); "
+                                 "rebuild the index")
+        self._size = size
         self._fd = os.open(path, os.O_RDONLY)
 
     def __len__(self) -> int:
@@ -190,7 +192,16 @@ class PassageStore:
     def record(self, index: int) -> tuple[str, str, str]:
         """Passage `index` (0-based, in index order) as `(id, title, text)`."""
         start, end = int(self._offsets[index]), int(self._offsets[index + 1])
-        return tuple(json.loads(os.pread(self._fd, end - start, start)))
+        try:
+            if not 0 <= start < end <= self._size:
+                raise ValueError(f"its offsets say bytes {start} to {end}")
+            record = json.loads(os.pread(self._fd, end - start, start))
+            if not (isinstance(record, list) and len(record) == 3 and all(isinstance(f, str) for f in record)):
+                raise ValueError("its line is not [id, title, text]")
+        except (OSError, ValueError) as exc:
+            raise RetrieverError(f"{self.path.parent}: damaged passage store ({self.path.name}, passage {index}: "
+                                 f"{str(exc).splitlines()[0][:200]}); rebuild the index") from None
+        return tuple(record)
 
     def passage(self, index: int, score: float) -> Passage:
         pid, title, text = self.record(index)

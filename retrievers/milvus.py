@@ -3,10 +3,10 @@
 
 A collection made here has the fields `id` (VARCHAR primary key), `title`, `text` (VARCHAR) and `vector` (unit
 embeddings of `Title | text`, indexed with `index_type`, COSINE metric), and records its embedder in the collection
-property `arag.embedder` (model, embedder, max_seq_length, dim), so queries are embedded the same way and an encoder
-of another dimension is refused. Milvus Lite indexes dense vectors with FLAT (exact, every query reads every vector):
-it is for development and tests; a Milvus server or cluster is the path to large corpora. Needs the `milvus` extra
-(pymilvus, milvus-lite) and, for the default model, the `dense` one.
+property `arag.embedder` (model, embedder, max_seq_length, dim, and the encoder's probe), so queries are embedded the
+same way and an encoder of another dimension, or another model, is refused. Milvus Lite indexes dense vectors with
+FLAT (exact, every query reads every vector): it is for development and tests; a Milvus server or cluster is the path
+to large corpora. Needs the `milvus` extra (pymilvus, milvus-lite) and, for the default model, the `dense` one.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from arag.retrievers.dense import (
     query_encoder,
     resolve_encoder,
 )
+from arag.retrievers.encoders import check_same_encoder, encoder_probe
 
 logger = logging.getLogger("arag")
 
@@ -142,6 +143,7 @@ class MilvusRetriever(BaseRetriever):
         client = connect(uri)
         encoder = resolve_encoder(encoder, model, batch_size, max_seq_length)
         embedder = embedder_settings(encoder)
+        probe = encoder_probe(encoder)
         settings = _recorded_settings(client, uri, collection) if client.has_collection(collection) else None
         if settings is not None:
             if {name: settings[name] for name in embedder} != embedder:
@@ -149,6 +151,7 @@ class MilvusRetriever(BaseRetriever):
                     f"collection {collection} at {uri} exists, embedded by {settings['model']} "
                     f"({settings['embedder']}), not {embedder['model']}: choose another collection or drop it"
                 )
+            check_same_encoder(settings, encoder, probe, f"collection {collection} at {uri}", error=ConfigError)
             client.load_collection(collection)
             logger.info("milvus build: %s exists with the same embedder; adding the passages it lacks", collection)
         total = inserted = 0
@@ -162,7 +165,7 @@ class MilvusRetriever(BaseRetriever):
             if missing:
                 vectors = embed(encoder, [p.long_text for p in missing])
                 if settings is None:
-                    settings = {**embedder, "dim": int(vectors.shape[1])}
+                    settings = {**embedder, "dim": int(vectors.shape[1]), "probe": probe}
                     _create_collection(client, collection, settings, index_type)
                 elif vectors.shape[1] != settings["dim"]:
                     raise ConfigError(f"the encoder gives {vectors.shape[1]}-dimensional embeddings, collection "

@@ -87,6 +87,7 @@ def test_reload_gives_identical_results_and_manifest_records_the_model(index_dir
     assert again.retrieve_batch(list(PARAPHRASES), 5) == retriever.retrieve_batch(list(PARAPHRASES), 5)
     manifest = json.loads((index_dir / MANIFEST_NAME).read_text())
     assert manifest["kind"] == "dense" and manifest["n_passages"] == len(PASSAGES)
+    assert isinstance(manifest["settings"].pop("probe"), str)  # the encoder's identity
     assert manifest["settings"] == {"model": "all-MiniLM-L6-v2", "embedder": "sentence-transformers",
                                     "max_seq_length": 256, "dim": 384, "search": "exact"}
 
@@ -161,3 +162,29 @@ def test_many_threads_get_the_serial_results(retriever):
     expected = [retriever.retrieve(q, 3) for q in queries]
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(lambda q: retriever.retrieve(q, 3), queries)) == expected
+
+
+def test_an_eval_over_a_passage_store_out_of_order_is_one_error_line(tmp_path, index_dir):
+    import subprocess
+    import sys
+
+    from arag.data import sample_paths
+    from arag.testing import OpenAICompatibleServer
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(index_dir, damaged)
+    offsets = np.fromfile(damaged / "passages.offsets", dtype="<u8")
+    offsets[1:-1] = offsets[1:-1][::-1].copy()
+    offsets.tofile(damaged / "passages.offsets")
+
+    def answer(call):
+        return {field: "Paris" for field in call.output_fields}
+
+    with OpenAICompatibleServer(answer) as server:
+        done = subprocess.run([sys.executable, "-m", "arag.cli", "eval", "--program", "single-rag", "--dataset",
+                               str(sample_paths()[0]), "--retriever", f"dense:{damaged}", "--lm",
+                               "openai/loopback-model", "--api-base", server.url, "--limit", "2", "--out",
+                               str(tmp_path / "run")], capture_output=True, text=True, timeout=600)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert f"{damaged}: damaged passage store" in errors[0] and "Traceback" not in done.stderr

@@ -99,6 +99,7 @@ def _record_of(passage_id):
 
 def test_ivfpq_recall_against_exact_search(exact, ivfpq, encoder):
     settings = json.loads((ivfpq.index_dir / MANIFEST_NAME).read_text())["settings"]
+    assert isinstance(settings.pop("probe"), str)  # the encoder's identity (see the encoder tests)
     assert settings == {"model": "hashing-64", "embedder": "custom", "max_seq_length": None, "dim": DIM,
                         "search": "ivfpq", "nlist": 75, "pq_bytes": 16, "nprobe": 32, "rerank": 10}
     assert ivfpq.rerank == 10 and "ivfpq nprobe=32 rerank=10" in repr(ivfpq)
@@ -161,7 +162,8 @@ def test_build_killed_by_sigkill_resumes_to_the_uninterrupted_index(tmp_path, en
     assert 3 <= saved < 15
     counting = HashingEncoder(DIM)
     build_index(corpus, out_dir, kind="dense", encoder=counting, **options)
-    assert counting.encoded == len(passages) - 100 * saved  # saved chunks were kept, not embedded again
+    # Saved chunks were kept, not embedded again (the one more text: the probe of the encoder's identity).
+    assert counting.encoded == len(passages) - 100 * saved + 1
     assert not partial.exists()
     store = PassageStore(out_dir / PASSAGES_FILE)
     assert [store.record(i)[0] for i in range(len(store))] == [p.id for p in passages]  # each once, in order
@@ -207,7 +209,7 @@ def test_encoders_are_recorded_and_checked(ivfpq, tmp_path):
         def encode(self, texts):
             return np.ones(len(texts), dtype=np.float32)
 
-    with pytest.raises(ConfigError, match=r"shape \(3,\) for 3 texts"):
+    with pytest.raises(ConfigError, match=r"shape \(1,\) for 1 texts"):  # the probe sentence, the first encoded
         DenseRetriever.build(PASSAGES[:3], tmp_path / "flat", encoder=Flat())
     with pytest.raises(ConfigError, match="no encode"):
         DenseRetriever.build(PASSAGES[:3], tmp_path / "none", encoder=object())
@@ -269,3 +271,78 @@ def test_many_threads_get_the_serial_results(ivfpq):
     expected = [ivfpq.retrieve(q, 5) for q in QUERIES]
     with ThreadPoolExecutor(max_workers=8) as pool:
         assert list(pool.map(lambda q: ivfpq.retrieve(q, 5), QUERIES)) == expected
+
+
+def damaged_copy(index_dir, destination):
+    shutil.copytree(index_dir, destination)
+    return destination
+
+
+@pytest.mark.parametrize("damage", ["swapped", "shifted"])
+def test_offsets_out_of_order_are_a_damaged_passage_store(exact, encoder, tmp_path, damage):
+    damaged = damaged_copy(exact.index_dir, tmp_path / "damaged")
+    offsets = np.fromfile(damaged / "passages.offsets", dtype="<u8")
+    if damage == "swapped":
+        offsets[1:-1] = offsets[1:-1][::-1].copy()  # every passage's start after its end
+    else:
+        offsets[1:-1] += 3  # every passage read from mid-line
+    offsets.tofile(damaged / "passages.offsets")
+    with pytest.raises(RetrieverError, match=f"{damaged}: damaged passage store .*rebuild the index"):
+        DenseRetriever.load(damaged, encoder=encoder).retrieve_batch(QUERIES[:3], 10)
+
+
+def test_an_encoder_of_the_same_dimension_but_another_model_is_refused_naming_both(ivfpq, encoder):
+    class OtherModel(HashingEncoder):
+        def encode(self, texts):
+            return super().encode(texts)[:, ::-1]  # the same dimension, another embedding space
+
+    other = OtherModel(DIM)
+    other.name = "other-64"
+    with pytest.raises(RetrieverError, match=f"{ivfpq.index_dir} was embedded by hashing-64; the encoder "
+                                             "other-64 is another model"):
+        DenseRetriever.load(ivfpq.index_dir, encoder=other)
+    same_model = HashingEncoder(DIM)
+    same_model.name = "renamed"  # the same model under another name: its embeddings agree
+    assert DenseRetriever.load(ivfpq.index_dir, encoder=same_model).retrieve("topic3word7", 3) == \
+        ivfpq.retrieve("topic3word7", 3)
+
+
+def interrupted_build(out_dir, encoder):
+    """A build interrupted after two saved chunks of 100 passages."""
+    def interrupt_after_two_chunks(passages):
+        yield from passages[:250]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        DenseRetriever.write_index(interrupt_after_two_chunks(PASSAGES), out_dir, encoder=encoder, chunk_size=100)
+    return dense_module.partial_dir(out_dir)
+
+
+@pytest.mark.parametrize("damaged_file, damage, message", [
+    ("build.json", b"{not json", r"build.json is damaged .*remove .*index.partial to start over"),
+    ("build.json", b"[1, 2]", r"build.json is damaged .*remove .*index.partial to start over"),
+    ("chunk-000000.jsonl", b'["p0", "T"\n', r"chunk-000000.jsonl is damaged .*remove .*chunk-000000.npy"),
+    ("chunk-000001.npy", b"\x93NUMPY garbage", r"chunk-000001.npy is damaged .*remove .*chunk-000001.npy"),
+])
+def test_a_damaged_file_of_an_interrupted_build_is_named_with_what_to_do(tmp_path, encoder, damaged_file, damage,
+                                                                        message):
+    out_dir = tmp_path / "index"
+    partial = interrupted_build(out_dir, encoder)
+    (partial / damaged_file).write_bytes(damage)
+    with pytest.raises(RetrieverError, match=message):
+        DenseRetriever.write_index(PASSAGES[:400], out_dir, encoder=encoder, chunk_size=100)
+    assert not out_dir.exists() and partial.is_dir()
+
+
+def test_removing_a_damaged_chunk_as_told_embeds_it_again(tmp_path, encoder):
+    out_dir = tmp_path / "index"
+    partial = interrupted_build(out_dir, encoder)
+    vectors = partial / "chunk-000001.npy"
+    vectors.write_bytes(vectors.read_bytes()[:200])  # cut short
+    with pytest.raises(RetrieverError, match=f"remove {vectors}"):
+        DenseRetriever.write_index(PASSAGES[:400], out_dir, encoder=encoder, chunk_size=100)
+    vectors.unlink()
+    counting = HashingEncoder(DIM)
+    DenseRetriever.write_index(PASSAGES[:400], out_dir, encoder=counting, chunk_size=100)
+    assert counting.encoded == 300 + 1  # chunks 1 to 3, and the probe sentence of the encoder's identity
+    assert len(PassageStore(out_dir / PASSAGES_FILE)) == 400 and not partial.exists()

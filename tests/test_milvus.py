@@ -81,7 +81,9 @@ def test_a_rerun_inserts_only_the_missing_passages(tmp_path):
     MilvusRetriever.write_index(PASSAGES[:70], target, encoder=first, chunk_size=25)
     rerun = HashingEncoder(DIM)
     resumed = MilvusRetriever.build(PASSAGES, target, encoder=rerun, chunk_size=25)
-    assert (first.encoded, rerun.encoded) == (70, 50 + 1)  # the rerun: 50 missing passages and one dimension check
+    # Each build embeds the probe sentence of the encoder's identity; the rerun, 50 missing passages and the opening's
+    # check of the encoder too.
+    assert (first.encoded, rerun.encoded) == (70 + 1, 50 + 2)
     assert len(resumed) == len(PASSAGES)
     stored = resumed._client.query("part", filter='id != ""', output_fields=["id"], limit=1000)
     assert sorted(row["id"] for row in stored) == sorted(p.id for p in PASSAGES)
@@ -95,8 +97,19 @@ def test_the_embedder_is_recorded_and_checked(retriever, target):
     with pytest.raises(ConfigError, match="exists, embedded by hashing-32 .* not hashing-16"):
         MilvusRetriever.write_index(PASSAGES, target, encoder=HashingEncoder(16))
     properties = retriever._client.describe_collection("wiki")["properties"]
-    assert json.loads(properties[milvus_module.EMBEDDER_PROPERTY]) == {
-        "model": "hashing-32", "embedder": "custom", "max_seq_length": None, "dim": DIM}
+    recorded = json.loads(properties[milvus_module.EMBEDDER_PROPERTY])
+    assert isinstance(recorded.pop("probe"), str)
+    assert recorded == {"model": "hashing-32", "embedder": "custom", "max_seq_length": None, "dim": DIM}
+
+    class OtherModel(HashingEncoder):
+        def encode(self, texts):
+            return -super().encode(texts)  # the same dimension and name, another embedding space
+
+    with pytest.raises(RetrieverError, match="collection wiki at .* was embedded by hashing-32; the encoder "
+                                             "hashing-32 is another model"):
+        MilvusRetriever.load(target, encoder=OtherModel(DIM))
+    with pytest.raises(ConfigError, match="was embedded by hashing-32; the encoder hashing-32 is another model"):
+        MilvusRetriever.write_index(PASSAGES[:5], target, encoder=OtherModel(DIM))
 
 
 @pytest.mark.parametrize(

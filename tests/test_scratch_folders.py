@@ -3,6 +3,7 @@ or a link, where a scratch folder would go is refused, left as it was, never fol
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from arag import scratch
 from arag.data._io import atomic_writer
 from arag.errors import AragError
 from arag.passages import Passage
-from arag.retrievers import BM25Retriever
+from arag.retrievers import BM25Retriever, build_index
 from arag.retrievers.manifest import STAGING_PREFIX
 from arag.scratch import ForeignFolder
 
@@ -91,6 +92,47 @@ def test_a_failed_build_removes_its_own_staging_folder(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         BM25Retriever.build(failing(), tmp_path / "index")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in PASSAGES))
+    return path
+
+
+def test_a_dense_build_refuses_a_partial_folder_it_did_not_create(tmp_path, corpus):
+    pytest.importorskip("faiss")
+    from arag.testing.encoders import HashingEncoder
+
+    out = tmp_path / "idx"
+    partial = user_folder(tmp_path / "idx.partial")
+    with pytest.raises(ForeignFolder, match=f"{partial} is a folder that arag did not create"):
+        build_index(corpus, out, kind="dense", encoder=HashingEncoder(16))
+    assert sorted(p.name for p in partial.iterdir()) == ["notes.txt"] and not out.exists()
+
+
+def test_a_dense_build_does_not_follow_a_partial_link(tmp_path, corpus):
+    pytest.importorskip("faiss")
+    from arag.testing.encoders import HashingEncoder
+
+    elsewhere = user_folder(tmp_path / "elsewhere")
+    (tmp_path / "idx.partial").symlink_to(elsewhere)
+    with pytest.raises(ForeignFolder, match="is a symbolic link that arag did not create"):
+        build_index(corpus, tmp_path / "idx", kind="dense", encoder=HashingEncoder(16))
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "idx.partial").is_symlink() and not (tmp_path / "idx").exists()
+
+
+def test_the_cli_refuses_a_users_partial_folder_in_one_line(tmp_path, corpus):
+    pytest.importorskip("faiss")
+    partial = user_folder(tmp_path / "idx.partial")
+    done = subprocess.run([sys.executable, "-m", "arag.cli", "index", "build", "--kind", "dense", "--corpus",
+                           str(corpus), "--out", str(tmp_path / "idx")], capture_output=True, text=True, timeout=300)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert str(partial) in errors[0] and "arag did not create" in errors[0] and "Traceback" not in done.stderr
+    assert (partial / "notes.txt").read_text() == "my notes\n" and not (tmp_path / "idx").exists()
 
 
 def test_a_lucene_build_keeps_its_collection_in_its_own_scratch(tmp_path, monkeypatch):

