@@ -127,6 +127,10 @@ def open_retriever(spec: Any = None, *, corpus: str | Path | None = None) -> Ret
         kind, colon, location = spec.partition(":")
         if colon and kind in INDEX_KINDS:
             index_class = INDEX_KINDS[kind]
+            if not location.strip():
+                missing, form = ("index folder", "DIR") if _addressed_by_folder(index_class) else \
+                    ("collection", "URI#COLLECTION")
+                raise RetrieverError(f"{spec!r} names no {missing}: give {kind}:{form}")
             return index_class.load(Path(location).expanduser() if _addressed_by_folder(index_class) else location)
         if Path(spec).expanduser().is_dir():
             return open_index(Path(spec).expanduser())

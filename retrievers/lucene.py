@@ -41,6 +41,9 @@ PASSAGES_PER_FILE = 100_000
 COLLECTION_FOLDER = "collection"
 DOCUMENT_FIELDS = ("raw", "contents")
 """Stored fields a passage is read from, in order of preference."""
+DAMAGE_SIGNS = ("CorruptIndexException", "checksum failed", "EOFException", "IndexFormatTooOldException",
+                "IndexFormatTooNewException", "NoSuchFileException")
+"""What Lucene's exceptions say when an index's files are damaged or missing."""
 
 
 class LuceneRetriever(BaseRetriever):
@@ -117,6 +120,8 @@ class LuceneRetriever(BaseRetriever):
 
         k1 and b, when given, replace those of the manifest (or Pyserini's defaults for a folder without one).
         """
+        if not str(index_dir).strip():
+            raise RetrieverError("no Lucene index folder given (an empty path); give its folder, e.g. lucene:DIR")
         index_dir = Path(index_dir).expanduser()
         if (index_dir / MANIFEST_NAME).is_file():
             _, settings = read_index_manifest(index_dir, cls.kind, cls.label, cls.format_version, {"k1", "b"})
@@ -155,14 +160,20 @@ class LuceneRetriever(BaseRetriever):
         for row, query in enumerate(queries):
             texts.add(query)
             ids.add(str(row))
-        hits = _java_call(self.index_dir, self._searcher.batch_search, texts, ids, k, os.cpu_count() or 1)
+        try:
+            hits = _java_call(self.index_dir, self._searcher.batch_search, texts, ids, k, os.cpu_count() or 1)
+        except RetrieverError:  # a query failed on one of Lucene's threads, which says only that: find which, and why
+            return [self._search_one(query, k) for query in queries]
         return [self._passages(hits.get(str(row))) for row in range(len(queries))]
 
     def _passages(self, hits) -> list[Passage]:
         field = self.settings["stored_field"]
         passages = []
         for hit in hits:
-            title, text = passage_fields(hit.lucene_document.get(field), field)
+            stored = hit.lucene_document.get(field) if hit.lucene_document is not None else None
+            if not isinstance(stored, str):
+                raise damaged(self.index_dir, f"the stored passage {hit.docid!r} cannot be read")
+            title, text = passage_fields(stored, field)
             passages.append(Passage(hit.docid, title, text, float(hit.score)))
         return passages
 
@@ -242,7 +253,9 @@ def _open_searcher(index_dir: Path, k1: float, b: float):
     n_passages = searcher.get_total_num_docs()
     stored_field = DOCUMENT_FIELDS[0]
     if n_passages:
-        document = searcher.doc(0)
+        document = _java_call(index_dir, searcher.doc, 0)
+        if document is None:
+            raise damaged(index_dir, "its first stored passage cannot be read")
         stored_field = next((name for name in DOCUMENT_FIELDS if document.get(name) is not None), None)
         if stored_field is None:
             raise RetrieverError(
@@ -250,6 +263,14 @@ def _open_searcher(index_dir: Path, k1: float, b: float):
                 "returned; index it with Anserini's -storeRaw (as `arag index build --kind lucene` does)"
             )
     return searcher, n_passages, stored_field
+
+
+REBUILD = "rebuild it: arag index build --kind lucene --corpus CORPUS --out NEW_FOLDER (or get a prebuilt index again)"
+
+
+def damaged(index_dir: Path, problem: str) -> RetrieverError:
+    """The error of an index folder Lucene cannot read: naming it, and how to build it again."""
+    return RetrieverError(f"{index_dir}: damaged Lucene index ({problem}); {REBUILD}")
 
 
 def _java_call(index_dir: Path, method, *args):
@@ -260,7 +281,10 @@ def _java_call(index_dir: Path, method, *args):
         return method(*args)
     except JavaException as exc:
         message = str(exc).splitlines()[0].removeprefix("JVM exception occurred: ")
-        raise RetrieverError(f"{index_dir}: Lucene failed: {message}") from None
+        if any(sign in f"{getattr(exc, 'classname', '')} {message}" for sign in DAMAGE_SIGNS):
+            raise damaged(index_dir, message[:300]) from None
+        raise RetrieverError(f"{index_dir}: Lucene failed: {message[:300]}; if the folder was damaged, {REBUILD}") \
+            from None
 
 
 def _anserini_jar() -> str:

@@ -3,6 +3,8 @@ a build killed and rerun, serving, and agreement with bm25s on HotpotQA through 
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -259,3 +261,49 @@ def test_a_program_over_lucene_retrieves_what_it_retrieves_over_bm25s(shared_dat
     overlaps = [len(set(retrieved["bm25"][q]) & set(ids)) for q, ids in retrieved["lucene"].items()]
     assert all(len(ids) == 10 for ids in retrieved["lucene"].values())
     assert sum(overlaps) / len(overlaps) >= 7
+
+
+def flip_a_byte(path, position):
+    data = bytearray(path.read_bytes())
+    data[position] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_index_is_one_error_naming_it_and_how_to_rebuild(lucene_index, tmp_path):
+    """A byte flipped at 40 places across the stored passages: each copy either still answers, or fails, on opening
+    or on a search, with one RetrieverError naming the folder and how to rebuild it; the first passage's record
+    damaged is found on opening."""
+    stored_name = next(lucene_index.index_dir.glob("_*.fdt")).name
+    size = (lucene_index.index_dir / stored_name).stat().st_size
+    failures = []
+    for position in range(0, size, size // 40):
+        damaged = tmp_path / f"damaged-{position}"
+        shutil.copytree(lucene_index.index_dir, damaged)
+        flip_a_byte(damaged / stored_name, position)
+        try:
+            retriever = open_retriever(f"lucene:{damaged}")
+            retriever.retrieve_batch(QUERIES, 3)
+            retriever.retrieve(QUERIES[0], 3)
+        except RetrieverError as exc:
+            assert str(exc).startswith(f"{damaged}: ") and "rebuild it: arag index build --kind lucene" in str(exc)
+            assert "\n" not in str(exc)
+            failures.append(str(exc))
+    assert any("damaged Lucene index (its first stored passage cannot be read)" in f for f in failures), failures
+
+
+def test_a_damaged_index_through_the_cli_is_one_error_line(lucene_index, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(lucene_index.index_dir, damaged)
+    flip_a_byte(next(damaged.glob("_*.fdt")), 0)  # its header: Lucene refuses the folder on opening
+    done = subprocess.run([sys.executable, "-m", "arag.cli", "serve", "--index", f"lucene:{damaged}", "--port", "0"],
+                          capture_output=True, text=True, timeout=120)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr
+    assert f"{damaged}: damaged Lucene index" in errors[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("spec", ["lucene:", "lucene:  ", "bm25:", "dense:"])
+def test_a_spec_without_a_folder_is_refused(spec, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RetrieverError, match=re.escape(f"{spec!r} names no index folder")):
+        open_retriever(spec)
