@@ -15,7 +15,9 @@ import json
 import logging
 import math
 import os
+import reprlib
 import socket
+import sys
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -214,6 +216,15 @@ class _HTTPServer(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         super().__init__(address, handler)
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up before its answer is one line in the log; anything else, a traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError):
+            logger.info("%s closed the connection before its answer was sent (%s)", client_address[0],
+                        type(error).__name__)
+        else:
+            super().handle_error(request, client_address)
+
 
 class _RequestError(Exception):
     def __init__(self, status: HTTPStatus, kind: str, message: str):
@@ -269,6 +280,8 @@ class _SearchHandler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length) or b"null")
         except (ValueError, UnicodeDecodeError):
             raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "body is not valid JSON") from None
+        except RecursionError:
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", "body is nested too deeply") from None
         if not isinstance(body, dict):
             raise _RequestError(
                 HTTPStatus.BAD_REQUEST, "bad_request", 'body must be a JSON object {"query": ..., "k": ...}'
@@ -304,6 +317,11 @@ def _encoded(payload: dict) -> bytes:
     return json.dumps(payload, ensure_ascii=False).encode("utf-8")
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 3, 60, 60
+"""How a bad value is quoted back to the client: cut short, however long or deeply nested it is."""
+
+
 def _checked(query, k) -> tuple[str, int]:
     """The query and k of a request: k defaults to 10 and is capped at 100; the query must be a bounded string
     of valid Unicode (JSON's escapes can spell a lone surrogate, which no answer could carry)."""
@@ -327,9 +345,11 @@ def _checked(query, k) -> tuple[str, int]:
         try:
             k = int(k.strip())
         except ValueError:
-            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", f"'k' must be an integer, got {k!r}") from None
+            raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request",
+                                f"'k' must be an integer, got {_SHORT.repr(k)}") from None
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request", f"'k' must be a positive integer, got {k!r}")
+        raise _RequestError(HTTPStatus.BAD_REQUEST, "bad_request",
+                            f"'k' must be a positive integer, got {_SHORT.repr(k)}")
     return query, min(k, MAX_K)
 
 

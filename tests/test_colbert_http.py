@@ -267,3 +267,30 @@ def _wait_until_listening(port: int, process: subprocess.Popen, timeout: float =
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"nothing listened on port {port} within {timeout} s")
+
+
+def test_a_deeply_nested_body_is_a_400_not_a_server_error(server, bm25, caplog):
+    caplog.set_level(logging.DEBUG, logger="arag")
+    for body in (b"[" * 65_000, b'{"query": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"):
+        response = requests.post(server.url, data=body, headers={"Content-Type": "application/json"}, timeout=10)
+        assert response.status_code == 400 and "nested too deeply" in response.json()["message"]
+    assert "Traceback" not in caplog.text and "RecursionError" not in caplog.text
+    assert ColBERTv2Retriever(server.url, post=True).retrieve("ships", 2) == bm25.retrieve("ships", 2)
+
+
+def test_a_client_that_hangs_up_early_is_one_log_line(caplog, capfd):
+    caplog.set_level(logging.INFO, logger="arag")
+    slow = TemplateRetriever(PassageTemplate(id="{query} #{rank}", text="word " * 2000), delay=0.3)
+    with SearchServer(slow, port=0) as running:
+        host, port = running.url.split("/")[2].split(":")
+        for _ in range(3):
+            raw = socket.create_connection((host, int(port)), timeout=5)
+            raw.sendall(b"GET /api/search?query=ships&k=100 HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            raw.close()  # before the answer: the server's write meets a reset connection
+        time.sleep(1.5)
+        assert ColBERTv2Retriever(running.url).retrieve("ships", 1)[0].id == "ships #1"
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err + captured.out + caplog.text
+    hung_up = [r for r in caplog.records if "closed the connection" in r.getMessage()]
+    assert len(hung_up) == 3 and all("\n" not in r.getMessage() and not r.exc_info for r in hung_up)
