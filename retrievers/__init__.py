@@ -17,9 +17,9 @@ from arag.retrievers.base import (
 _LAZY_EXPORTS = {
     "BM25Retriever": "arag.retrievers.bm25",
     "ColBERTRetriever": "arag.retrievers.colbert",
-    "ColBERTv2Retriever": "arag.retrievers.colbert_http",
-    "SearchServer": "arag.retrievers.colbert_http",
-    "serve": "arag.retrievers.colbert_http",
+    "ColBERTv2Retriever": "arag.retrievers.colbert_client",
+    "SearchServer": "arag.retrievers.colbert_server",
+    "serve": "arag.retrievers.colbert_server",
     "DenseRetriever": "arag.retrievers.dense",
     "LuceneRetriever": "arag.retrievers.lucene",
     "INDEX_KINDS": "arag.retrievers.index",

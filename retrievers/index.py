@@ -16,7 +16,7 @@ from arag.passages import Passage
 from arag.retrievers.base import Retriever, as_retriever
 from arag.retrievers.bm25 import BM25Retriever
 from arag.retrievers.colbert import ColBERTRetriever
-from arag.retrievers.colbert_http import ColBERTv2Retriever
+from arag.retrievers.colbert_client import ColBERTv2Retriever
 from arag.retrievers.dense import DenseRetriever
 from arag.retrievers.lucene import LuceneRetriever
 from arag.retrievers.manifest import MANIFEST_NAME, IndexExistsError, read_manifest
