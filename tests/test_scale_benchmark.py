@@ -18,6 +18,8 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import scale  # noqa: E402
 import scale_corpus  # noqa: E402
+import scale_table  # noqa: E402
+from pausing import Pauser  # noqa: E402
 
 needs_datasets = pytest.mark.skipif(not (DATASETS / "hotpotqa").is_dir(), reason=f"{DATASETS} is not present")
 
@@ -42,7 +44,7 @@ def test_a_quick_run_measures_the_bm25_engines_and_projects_them(tmp_path):
             if name == "lucene":
                 assert result["agreement"]["with"] == "bm25s" and result["agreement"]["top_10"] >= 0.7
         assert f"| {name} | {sizes[-1]:,} | measured |" in done.stdout
-        assert f"| {name} | {scale.DPR_WIKIPEDIA:,} | projected |" in done.stdout
+        assert f"| {name} | {scale_table.DPR_WIKIPEDIA:,} | projected |" in done.stdout
 
 
 @needs_datasets
@@ -63,14 +65,14 @@ def test_corpora_are_the_real_passages_then_synthetic_ones_the_same_every_time(t
 
 
 def test_the_growth_fits_go_through_the_two_largest_sizes():
-    value, exponent = scale.growth([(10, 999.0), (100, 20.0), (1000, 200.0)], 10_000)
+    value, exponent = scale_table.growth([(10, 999.0), (100, 20.0), (1000, 200.0)], 10_000)
     assert exponent == pytest.approx(1.0) and value == pytest.approx(2000.0)
-    value, exponent = scale.growth([(100, 5.0), (10_000, 50.0)], 1_000_000)
+    value, exponent = scale_table.growth([(100, 5.0), (10_000, 50.0)], 1_000_000)
     assert exponent == pytest.approx(0.5) and value == pytest.approx(500.0)
-    assert scale.growth([(100, 5.0)], 1000) is None
-    value, per_million = scale.growth([(100, 2.0), (200, 3.0)], 400, scale.LINEAR)
+    assert scale_table.growth([(100, 5.0)], 1000) is None
+    value, per_million = scale_table.growth([(100, 2.0), (200, 3.0)], 400, scale_table.LINEAR)
     assert value == pytest.approx(5.0) and per_million == pytest.approx(10_000)
-    value, _ = scale.growth([(100, 3.0), (200, 2.0)], 400, scale.LINEAR)
+    value, _ = scale_table.growth([(100, 3.0), (200, 2.0)], 400, scale_table.LINEAR)
     assert value == pytest.approx(2.0)  # a falling line is noise: flat
 
 
@@ -80,9 +82,9 @@ def test_latencies_at_16_clients_follow_throughput_which_follows_the_1_client_me
                           "clients_16": {"queries_per_s": qps_16, "p50_ms": p50_16}}}
 
     by_size = {100: result(1.0, 100.0, 160.0), 200: result(2.0, 50.0, 320.0)}
-    assert scale.fit(scale.FIGURES["p50_1"], by_size, 400)[0] == pytest.approx(4.0)
-    assert scale.fit(scale.FIGURES["qps_16"], by_size, 400)[0] == pytest.approx(25.0)
-    assert scale.fit(scale.FIGURES["p50_16"], by_size, 400)[0] == pytest.approx(640.0)
+    assert scale_table.fit(scale_table.FIGURES["p50_1"], by_size, 400)[0] == pytest.approx(4.0)
+    assert scale_table.fit(scale_table.FIGURES["qps_16"], by_size, 400)[0] == pytest.approx(25.0)
+    assert scale_table.fit(scale_table.FIGURES["p50_16"], by_size, 400)[0] == pytest.approx(640.0)
 
 
 def test_agreement_of_ids_searched_apart_is_the_mean_share_of_the_top_10():
@@ -122,7 +124,7 @@ def becomes(pid: int, stopped: bool) -> bool:
 def test_the_paused_process_is_stopped_during_a_phase_and_continued_after_on_error_or_out_of_budget():
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        pauser = scale.Pauser(sleeper.pid, budget_s=10)
+        pauser = Pauser(sleeper.pid, budget_s=10)
         with pytest.raises(ZeroDivisionError), pauser.phase():
             assert becomes(sleeper.pid, stopped=True)
             1 / 0
@@ -131,7 +133,7 @@ def test_the_paused_process_is_stopped_during_a_phase_and_continued_after_on_err
             assert becomes(sleeper.pid, stopped=True)
         assert becomes(sleeper.pid, stopped=False)
         assert 0 < record["paused_s"] <= record["seconds"] and pauser.left_s < 10
-        short = scale.Pauser(sleeper.pid, budget_s=0.2)
+        short = Pauser(sleeper.pid, budget_s=0.2)
         with short.phase() as record:
             assert becomes(sleeper.pid, stopped=True)
             assert becomes(sleeper.pid, stopped=False)  # continued when the budget ran out, mid-phase
