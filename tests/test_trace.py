@@ -21,9 +21,11 @@ from arag.trace import (
     Retrieve,
     Stop,
     StopReason,
+    UnreadStep,
     is_step,
     kinds_of,
     note,
+    read_step,
     recording,
     steps_of,
     stop_reason,
@@ -64,6 +66,9 @@ def test_every_program_records_steps_the_schema_accepts(name, sample_run):
             assert trace and not errors, errors
             assert json.loads(json.dumps(trace)) == trace
             assert program.required_lm_calls(trace) >= 1
+            read = [read_step(step) for step in json.loads(json.dumps(trace))]  # as a run's row is read back
+            assert [type(step) for step in read] == [STEP_KINDS[step["step"]] for step in trace]
+            assert json.loads(json.dumps([step.as_json() for step in read])) == trace
 
 
 def test_a_step_is_recorded_complete_and_leaves_out_the_facts_it_lacks():
@@ -77,6 +82,18 @@ def test_a_step_is_recorded_complete_and_leaves_out_the_facts_it_lacks():
     assert is_step(trace.steps[0], Answer) and not is_step(trace.steps[0], Retrieve)
     with pytest.raises(dataclasses.FrozenInstanceError):
         Answer(answer="Paris").answer = "Lyon"
+
+
+def test_a_step_no_declaration_reads_is_kept_as_recorded_and_is_of_no_kind():
+    unknown = read_step({"step": "from_a_newer_version", "x": 1})
+    broken = read_step({"step": Stop.kind, "reason": "the model ended"})
+    read = read_step({"step": Stop.kind, "reason": "t_iu", "pieces": 2})
+    assert isinstance(unknown, UnreadStep) and unknown.as_json() == {"step": "from_a_newer_version", "x": 1}
+    assert isinstance(broken, UnreadStep) and broken.problem.startswith("a stop step whose reason does not fit")
+    assert read == Stop(reason=StopReason.T_IU, pieces=2) and read.tokens is ABSENT and not ABSENT
+    trace = [unknown, broken, read]
+    assert kinds_of(trace) == [None, None, Stop] and steps_of(trace, Stop) == [read]
+    assert stop_reason(trace) is StopReason.T_IU and is_step(read, Stop) and not is_step(broken, Stop)
 
 
 def test_every_kind_is_declared_once_with_a_description():

@@ -3,7 +3,9 @@ Search-o1 (the kinds every program may record are in `arag.trace.steps`)."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic reads typing_extensions TypedDicts (traces read back: arag.runs)
 
 from arag.trace.record import ABSENT, Step, declared
 from arag.trace.steps import ScoredPassage, Token

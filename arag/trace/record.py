@@ -6,12 +6,18 @@ import dataclasses
 from enum import Enum
 from typing import Any, ClassVar
 
+from pydantic import ConfigDict
+
 
 class _Absent:
-    """The value of an optional fact a step does not record: the key is left out of its JSON object."""
+    """The value of an optional fact a step (or a run's record) does not record: the key is left out of its JSON
+    object. It is false, as a missing value is."""
 
     def __repr__(self) -> str:
         return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
 
 
 ABSENT: Any = _Absent()
@@ -50,6 +56,8 @@ class Step:
 
     kind: ClassVar[str]
     decision_field: ClassVar[str | None] = None
+    # how a recorded step is read back (`arag.trace.read_step`): a fact its kind does not declare is refused
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     def __init_subclass__(cls, kind: str | None = None, decision: str | None = None, **rest: Any) -> None:
         super().__init_subclass__(**rest)

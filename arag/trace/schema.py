@@ -1,20 +1,26 @@
-"""Reading traces by their declared kinds, and the JSON schema of a trace generated from the declarations."""
+"""Reading traces by their declared kinds (a recorded step read back into its kind's record: `read_step`), and the
+JSON schema of a trace generated from the declarations."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
 from enum import Enum
-from typing import Any, Iterable, Mapping, Union
+from typing import Any, ClassVar, Iterable, Mapping, Union
+
+import pydantic
+import typing_extensions
 
 from arag.trace.record import ABSENT, STEP_KINDS, Step
 from arag.trace.steps import PieceStep, Stop, StopReason
 
 
-def trace_steps(source: Any) -> list[dict[str, Any]]:
-    """The steps of a prediction or a failure (`.trace`), a predictions row (`["trace"]`) or a trace (a list)."""
+def trace_steps(source: Any) -> list[Any]:
+    """The steps of a prediction or a failure (`.trace`: JSON objects as recorded), a run's row read back
+    (`arag.runs.Row`: records of their kinds), a predictions row as JSON (`["trace"]`) or a trace (a list)."""
     if isinstance(source, Mapping):
         return list(source.get("trace") or [])
     if isinstance(source, (list, tuple)):
@@ -22,19 +28,65 @@ def trace_steps(source: Any) -> list[dict[str, Any]]:
     return list(getattr(source, "trace", None) or [])
 
 
-def steps_of(source: Any, *kinds: type[Step]) -> list[dict[str, Any]]:
-    """The steps of the given kinds, in trace order (`steps_of(prediction, Retrieve)`)."""
+def steps_of(source: Any, *kinds: type[Step]) -> list[Any]:
+    """The steps of the given kinds, in trace order (`steps_of(prediction, Retrieve)`), as the source holds them:
+    JSON objects in a trace being recorded, records of their kinds in a row read back."""
     names = {kind.kind for kind in kinds}
-    return [step for step in trace_steps(source) if step.get("step") in names]
+    return [step for step in trace_steps(source) if _kind_name(step) in names]
 
 
 def kinds_of(source: Any) -> list[type[Step] | None]:
-    """The kind of every step, in trace order (None for a kind no declaration knows)."""
-    return [STEP_KINDS.get(step.get("step")) for step in trace_steps(source)]
+    """The kind of every step, in trace order (None for a step no declaration reads)."""
+    return [STEP_KINDS.get(_kind_name(step)) for step in trace_steps(source)]
 
 
-def is_step(step: Mapping[str, Any], kind: type[Step]) -> bool:
-    return step.get("step") == kind.kind
+def is_step(step: Any, kind: type[Step]) -> bool:
+    return _kind_name(step) == kind.kind
+
+
+def _kind_name(step: Any) -> Any:
+    """The kind a step is of: its record's, the `step` key of its JSON object, None for an UnreadStep."""
+    if isinstance(step, UnreadStep):
+        return None
+    return step.kind if isinstance(step, Step) else step.get("step")
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreadStep:
+    """A recorded step that no declaration here reads: a kind this version of arag does not declare, or facts that
+    do not fit its kind's declaration (a trace written by another version). It is kept as recorded."""
+
+    recorded: dict[str, Any]
+    problem: str
+    decision_field: ClassVar[None] = None
+
+    @property
+    def kind(self) -> str:
+        return str(self.recorded.get("step"))
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.recorded)
+
+
+def read_step(recorded: Mapping[str, Any]) -> Step | UnreadStep:
+    """A recorded step (a JSON object of a trace) as the record of its declared kind, its facts typed as declared
+    (enumerations as members, tokens as tuples); an UnreadStep, saying why, when no declaration reads it."""
+    kind = STEP_KINDS.get(recorded.get("step"))
+    if kind is None:
+        return UnreadStep(dict(recorded), f"no step kind {recorded.get('step')!r} is declared")
+    try:
+        return _reader(kind).validate_python({name: value for name, value in recorded.items() if name != "step"})
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        if first["type"] == "missing":
+            return UnreadStep(dict(recorded), f"a {kind.kind} step without its {where}")
+        return UnreadStep(dict(recorded), f"a {kind.kind} step whose {where} does not fit: {first['msg']}")
+
+
+@functools.cache
+def _reader(kind: type[Step]) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(kind)
 
 
 def step_schema(kind: type[Step]) -> dict[str, Any]:
@@ -60,7 +112,7 @@ def value_schema(hint: Any) -> dict[str, Any]:
     if isinstance(hint, type) and issubclass(hint, Enum):
         return {"enum": [member.value for member in hint],
                 "description": "; ".join(f"{member.value}: {member.description}" for member in hint)}
-    if typing.is_typeddict(hint):
+    if typing_extensions.is_typeddict(hint):
         fields = typing.get_type_hints(hint)
         return {"type": "object", "properties": {name: value_schema(t) for name, t in fields.items()},
                 "required": sorted(hint.__required_keys__), "additionalProperties": False}
@@ -99,7 +151,9 @@ def trace_schema_text() -> str:
 def stop_reason(source: Any) -> StopReason | None:
     """The reason of the last `stop` step, None when there is none."""
     stops = steps_of(source, Stop)
-    return StopReason(stops[-1]["reason"]) if stops else None
+    if not stops:
+        return None
+    return stops[-1].reason if isinstance(stops[-1], Stop) else StopReason(stops[-1]["reason"])
 
 
 def trace_declarations() -> dict[str, Any]:

@@ -6,7 +6,9 @@ A program records a step complete (`note(Answer(answer=text))`); the trace holds
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic reads typing_extensions TypedDicts (traces read back: arag.runs)
 
 from arag.trace.record import ABSENT, DescribedEnum, Step, declared
 
