@@ -1,9 +1,12 @@
 """Building a dense index (see `arag.retrievers.dense` for the folder it writes).
 
 Passages are streamed in chunks of `chunk_size`: each chunk's passages and embeddings are saved (atomically) in
-`<out>.partial/` beside the output, a scratch folder of arag's (`arag.scratch`), before the next is read, with a log
-line of progress. A build that dies (even by SIGKILL) is rerun with the same arguments: complete chunks are checked
-against the corpus and kept, embedding goes on from the first missing one, and the finished index holds every passage
+`<out>.partial/` beside the output, a scratch folder of arag's (`arag.scratch`), before the next is read. An encoder
+with a `batch_size` (the sentence-transformers one) is given a chunk's passages that many at a time, longest first,
+and progress is shown after each batch: a tqdm bar on a terminal, else a log line every LOG_EVERY_S seconds.
+
+A build that dies (even by SIGKILL) is rerun with the same arguments: complete chunks are checked against the corpus
+and kept, embedding goes on from the first missing one, and the finished index holds every passage
 once. IVF-PQ is trained on an evenly spaced sample of the saved embeddings, then every chunk is added from its
 memory-mapped file: the float matrix of the whole corpus is never in memory; the float file is written from the same
 chunks, one after another. The partial folder is removed once the index is published. A damaged file in it is
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from arag.data._io import atomic_writer
 from arag.errors import ConfigError, DataError, RetrieverError
@@ -68,7 +72,7 @@ def load_faiss():
     try:
         import faiss
     except ImportError:
-        raise ConfigError("dense indexes need faiss: pip install 'arag[dense]' (or faiss-cpu)") from None
+        raise ConfigError("dense indexes need faiss: pip install 'dspy-arag[dense]' (or faiss-cpu)") from None
     if not hasattr(faiss, "IO_FLAG_MMAP_IFC"):
         raise ConfigError(f"faiss {faiss.__version__} cannot memory-map flat indexes: pip install -U faiss-cpu")
     return faiss
@@ -209,19 +213,14 @@ class PartialBuild:
         if self.saved:
             logger.info("dense build: resuming after %d saved chunks in %s", self.saved, self.folder)
         n_passages = chunk_no = 0
-        started = last_log = time.monotonic()
-        embedded = 0
-        for chunk_no, chunk in enumerate(chunked(passages, self.chunk_size)):
-            if chunk_no < self.saved:
-                self._check_saved(chunk_no, chunk)
-            else:
-                self._save(chunk_no, chunk, embed(encoder, [p.long_text for p in chunk]))
-                embedded += len(chunk)
-            n_passages += len(chunk)
-            if time.monotonic() - last_log >= LOG_EVERY_S:
-                last_log = time.monotonic()
-                logger.info("dense build: %s passages (%s embedded now, %.0f/s) in %s", f"{n_passages:,}",
-                            f"{embedded:,}", embedded / (last_log - started), self.folder)
+        with BuildProgress(self.folder) as progress:
+            for chunk_no, chunk in enumerate(chunked(passages, self.chunk_size)):
+                if chunk_no < self.saved:
+                    self._check_saved(chunk_no, chunk)
+                    progress.kept(len(chunk))
+                else:
+                    self._save(chunk_no, chunk, embed_batches(encoder, [p.long_text for p in chunk], progress))
+                n_passages += len(chunk)
         if not n_passages:
             return 0
         if chunk_no + 1 < self.saved:
@@ -304,6 +303,58 @@ class PartialBuild:
 
     def _vectors_path(self, chunk_no: int) -> Path:
         return self.folder / f"chunk-{chunk_no:06d}.npy"
+
+
+class BuildProgress:
+    """The progress of a build's embedding: a tqdm bar of passages on a terminal, else (logs, pipes) a log line
+    every LOG_EVERY_S seconds."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.passages = self.embedded = 0
+        self.started = self.logged = time.monotonic()
+        self.bar = tqdm(desc="dense build", unit=" passages", disable=None, smoothing=0.1)
+
+    def kept(self, n: int) -> None:
+        """`n` passages of a saved chunk, not embedded again."""
+        self.passages += n
+        self.bar.update(n)
+
+    def embedded_batch(self, n: int) -> None:
+        self.passages += n
+        self.embedded += n
+        self.bar.update(n)
+        if self.bar.disable and time.monotonic() - self.logged >= LOG_EVERY_S:
+            self.logged = time.monotonic()
+            logger.info("dense build: %s passages (%s embedded now, %.0f/s) in %s", f"{self.passages:,}",
+                        f"{self.embedded:,}", self.embedded / (self.logged - self.started), self.folder)
+
+    def __enter__(self) -> BuildProgress:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.bar.close()
+
+
+def embed_batches(encoder, texts: list[str], progress: BuildProgress) -> np.ndarray:
+    """`embed` of `texts`, `encoder.batch_size` at a time when it has one (longest first: a batch of similar lengths
+    pads little), else all at once; progress after each batch."""
+    batch_size = getattr(encoder, "batch_size", None)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        batch_size = len(texts)
+    order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+    vectors = None
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        batch = embed(encoder, [texts[i] for i in rows])
+        if vectors is None:
+            vectors = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+        elif batch.shape[1] != vectors.shape[1]:
+            raise ConfigError(f"the encoder gave {batch.shape[1]}-dimensional embeddings after "
+                              f"{vectors.shape[1]}-dimensional ones")
+        vectors[rows] = batch
+        progress.embedded_batch(len(rows))
+    return vectors
 
 
 def chunked(passages: Iterable[Passage], size: int) -> Iterator[list[Passage]]:

@@ -1,8 +1,9 @@
 """Dense indexes on disk with real faiss and a deterministic encoder (no model): the passage store, exact and
 IVF-PQ search against brute force, exact re-ranking of IVF-PQ candidates, memory mapping, a build killed by SIGKILL
-and resumed, encoders and errors."""
+and resumed, progress, encoders and errors."""
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ from arag.errors import ConfigError, DataError, RetrieverError  # noqa: E402
 from arag.passages import Passage  # noqa: E402
 from arag.retrievers import DenseRetriever, build_index  # noqa: E402
 from arag.retrievers import dense as dense_module  # noqa: E402
+from arag.retrievers import dense_build as dense_build_module  # noqa: E402
 from arag.retrievers.manifest import MANIFEST_NAME, PASSAGES_FILE, PassageStore, write_records  # noqa: E402
 from arag.testing.encoders import HashingEncoder  # noqa: E402
 
@@ -346,3 +348,28 @@ def test_removing_a_damaged_chunk_as_told_embeds_it_again(tmp_path, encoder):
     DenseRetriever.write_index(PASSAGES[:400], out_dir, encoder=counting, chunk_size=100)
     assert counting.encoded == 300 + 1  # chunks 1 to 3, and the probe sentence of the encoder's identity
     assert len(PassageStore(out_dir / PASSAGES_FILE)) == 400 and not partial.exists()
+
+
+def test_a_build_shows_progress_after_each_batch_not_each_chunk(tmp_path, encoder, monkeypatch, caplog):
+    class Batched(HashingEncoder):
+        batch_size = 25
+
+        def __init__(self):
+            super().__init__(DIM)
+            self.calls = []
+
+        def encode(self, texts):
+            self.calls.append(len(texts))
+            return super().encode(texts)
+
+    monkeypatch.setattr(dense_build_module, "LOG_EVERY_S", 0.0)
+    batched = Batched()
+    with caplog.at_level(logging.INFO, logger="arag"):
+        DenseRetriever.write_index(PASSAGES[:230], tmp_path / "index", encoder=batched, chunk_size=100)
+    assert batched.calls == [1] + [25] * 4 + [25] * 4 + [25, 5]  # the probe, then each chunk 25 at a time
+    lines = [r.getMessage() for r in caplog.records if "embedded now" in r.getMessage()]
+    assert len(lines) == 10 and lines[0].startswith("dense build: 25 passages (25 embedded now")
+    # Batched longest first and put back in order: the index is the one of a chunk embedded at once.
+    whole = DenseRetriever.build(PASSAGES[:230], tmp_path / "whole", encoder=encoder, chunk_size=100)
+    assert DenseRetriever.load(tmp_path / "index", encoder=encoder).retrieve_batch(QUERIES, 10) == \
+        whole.retrieve_batch(QUERIES, 10)
