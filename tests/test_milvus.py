@@ -155,7 +155,7 @@ def test_many_threads_get_the_serial_results(retriever):
         assert_same_rankings(list(pool.map(lambda q: retriever.retrieve(q, 5), queries)), expected)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is None, reason="needs the dense extra")
+@pytest.mark.skipif(importlib.util.find_spec("onnxruntime") is None, reason="needs the dense extra")
 def test_a_collection_built_by_the_cli_is_served_by_its_spec(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": p.id, "title": p.title, "text": p.text}) + "\n" for p in PASSAGES[:12]))
