@@ -196,10 +196,10 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")
     if summary["n_failed"]:
-        failed = [row for row in result.rows if "error" in row]
+        failed = [row for row in result.rows if row.failed]
         if len(failed) == summary["n"]:
-            step = f" in {failed[-1]['error_step']}" if failed[-1].get("error_step") else ""
-            raise AragError(f"every question failed; the last error{step}: {failed[-1]['error'].splitlines()[0]}")
+            step = f" in {failed[-1].error_step}" if failed[-1].error_step else ""
+            raise AragError(f"every question failed; the last error{step}: {failed[-1].error.splitlines()[0]}")
         click.echo(f"{len(failed)} question(s) failed, their errors are in predictions.jsonl; rerun the same "
                    "command to retry them", err=True)
 
@@ -285,7 +285,7 @@ def table_command(runs: tuple[str, ...], baseline: str | None, metrics: tuple[st
     base = names.get(str(Path(baseline).resolve())) if baseline else None
     if baseline and base is None:
         raise ConfigError(f"--baseline {baseline} is not one of the runs given")
-    chosen = list(metrics) or sorted({m for run in loaded for row in run.rows for m in row.get("metrics", {})})
+    chosen = list(metrics) or sorted({m for run in loaded for row in run.rows for m in row.metrics})
     rows = table_rows([(run.name, run.rows) for run in loaded], chosen, base)
     click.echo(markdown(rows, chosen, base))
 

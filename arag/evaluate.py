@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import dspy
 from tqdm import tqdm
@@ -27,14 +27,15 @@ from arag.data.metrics import default_metrics, score_all
 from arag.errors import AragError, ConfigError, DataError, QuestionFailed
 from arag.lm import require_lm
 from arag.programs.frame.base import MAX_LM_CALLS_SETTING
-from arag.runs import COUNTS, SUMMARY, RunFolder, summarize
+from arag.runs import COUNTS, SUMMARY, Row, RunFolder, RunRecord, summarize
+from arag.trace import read_step
 
 MAX_ERRORS = 10  # failed examples in a row that stop a run: the setup, not the questions, is likely at fault
 
 
 @dataclass
 class EvalResult:
-    rows: list[dict[str, Any]]
+    rows: list[Row]
     summary: dict[str, Any]
 
 
@@ -45,7 +46,7 @@ def evaluate(
     out_dir: str | Path | None = None,
     threads: int = 1,
     metrics: Sequence[str] | None = None,
-    run_info: dict[str, Any] | None = None,
+    run_info: RunRecord | Mapping[str, Any] | None = None,
     progress: bool = True,
     max_errors: int | None = MAX_ERRORS,
     max_lm_calls: int | None = None,
@@ -55,9 +56,10 @@ def evaluate(
     `metrics` defaults to the ones that suit each example's dataset. With `out_dir`, rows go to
     `out_dir/predictions.jsonl` as they finish and `out_dir/summary.json` at the end; examples
     already answered there are skipped; failed ones are run again, with a fresh LM rollout so that
-    DSPy's cache does not replay the failure. `run_info` (program name, parameters, ...; default: `describe_run`'s
-    account of the program, the configured LM and the examples) is stored in `out_dir/run.json` and in the summary;
-    a folder holding a run of other settings is refused, never resumed.
+    DSPy's cache does not replay the failure. `run_info`, the run's record (a RunRecord or its JSON: program name,
+    parameters, ...; default: `describe_run`'s account of the program, the configured LM and the examples), is
+    stored in `out_dir/run.json` and in the summary; a folder holding a run of other settings is refused, never
+    resumed.
 
     An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
     its error's kind, message and step, its partial trace and what it spent; the run goes on. A user
@@ -72,8 +74,10 @@ def evaluate(
     _check_unique_ids(devset)
     require_lm()
     if run_info is None:
-        run_info = describe_run(program, devset)
-    store = RunFolder(Path(out_dir), run_info) if out_dir is not None else None
+        record = describe_run(program, devset)
+    else:
+        record = run_info if isinstance(run_info, RunRecord) else RunRecord.from_json(run_info, "run_info")
+    store = RunFolder(Path(out_dir), record) if out_dir is not None else None
     with store or nullcontext():
         finished = store.finished() if store else {}
         attempts = store.attempts() if store else {}
@@ -85,7 +89,7 @@ def evaluate(
 
         cap = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
 
-        def run_one(example: dspy.Example) -> dict[str, Any]:
+        def run_one(example: dspy.Example) -> Row:
             with dspy.context(**cap):
                 return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
 
@@ -98,16 +102,16 @@ def evaluate(
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in sorted(done, key=submitted.get):  # several at once: in the devset's order
                     row = future.result()
-                    rows[row["id"]] = row
+                    rows[row.id] = row
                     if store:
                         store.append(row)
                     bar.update()
-                    failures_in_row = failures_in_row + 1 if "error" in row else 0
+                    failures_in_row = failures_in_row + 1 if row.failed else 0
                     if max_errors is not None and failures_in_row >= max_errors:
-                        step = f" in {row['error_step']}" if row.get("error_step") else ""
+                        step = f" in {row.error_step}" if row.error_step else ""
                         raise AragError(
                             f"stopped after {failures_in_row} failed examples in a row (--max-errors {max_errors}); "
-                            f"last error{step}: {row['error']}"
+                            f"last error{step}: {row.error}"
                             + (f" (finished rows are kept in {store.dir})" if store else "")
                         )
         except KeyboardInterrupt:
@@ -121,33 +125,36 @@ def evaluate(
                 rows = store.last_rows()  # the file is the record: one row per id, whatever wrote it
             ordered = [rows[str(ex.id)] for ex in devset if str(ex.id) in rows]
             summary = summarize(ordered, n_total=len(devset), wall_time=time.perf_counter() - started,
-                                run_info=run_info)
+                                record=record)
             if store:
                 store.write_summary(summary)
     return EvalResult(rows=ordered, summary=summary)
 
 
-def describe_run(program: dspy.Module, devset: Sequence[dspy.Example]) -> dict[str, Any]:
+def describe_run(program: dspy.Module, devset: Sequence[dspy.Example]) -> RunRecord:
     """What a run is, for run.json when the caller says nothing: the program's name and parameters, a digest of its
     prompts and demos (a compiled program is another run than the program it came from), the configured LM's model
     and the examples' dataset names."""
     state = json.dumps(program.dump_state(), sort_keys=True, ensure_ascii=False, default=str)
     lm = dspy.settings.lm
-    datasets = sorted({str(ex.get("dataset")) for ex in devset if ex.get("dataset")})
-    described = {
-        "program": getattr(program, "name", None) or type(program).__name__,
-        "params": dict(getattr(program, "config", None) or {}),
-        "prompts": "sha256:" + hashlib.sha256(state.encode("utf-8")).hexdigest()[:16],
-        "lm": getattr(lm, "model", None) or type(lm).__name__,
-        "dataset": ", ".join(datasets) or None,
-    }
-    return json.loads(json.dumps(described, default=str))  # as run.json will hold it, to compare on resume
+    return RunRecord(
+        program=getattr(program, "name", None) or type(program).__name__,
+        params=json.loads(json.dumps(dict(getattr(program, "config", None) or {}), default=str)),
+        prompts="sha256:" + hashlib.sha256(state.encode("utf-8")).hexdigest()[:16],
+        lm=str(getattr(lm, "model", None) or type(lm).__name__),
+        dataset=dataset_names(devset),
+    )
+
+
+def dataset_names(devset: Sequence[dspy.Example]) -> str | None:
+    """The examples' dataset names (`dataset` of each), as a run's record names its dataset when told nothing."""
+    return ", ".join(sorted({str(ex.get("dataset")) for ex in devset if ex.get("dataset")})) or None
 
 
 def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[str] | None,
-                 attempt: int = 0) -> dict[str, Any]:
+                 attempt: int = 0) -> Row:
     names = list(metrics) if metrics else default_metrics(example)
-    row: dict[str, Any] = {"id": str(example.id), "question": example.question, "answers": list(example.answers)}
+    question = {"id": str(example.id), "question": example.question, "answers": list(example.answers)}
     started = time.perf_counter()
     try:
         with _rollout(attempt):
@@ -155,28 +162,24 @@ def _run_example(program: dspy.Module, example: dspy.Example, metrics: Sequence[
     except AragError:
         raise
     except Exception as exc:  # noqa: BLE001 — one failed example is recorded, the run goes on
-        row["seconds"] = round(time.perf_counter() - started, 3)
         failed = exc if isinstance(exc, QuestionFailed) else None
-        row.update(prediction=None, metrics={name: 0.0 for name in names})
-        row.update({c: int(failed.counts.get(c, 0)) if failed else 0 for c in COUNTS})
         cause = failed.cause if failed else exc
-        row["error"] = f"{type(cause).__name__}: {cause}"
-        row["error_kind"] = type(cause).__name__
-        row["error_step"] = failed.step if failed else None
-        row["attempt"] = attempt
-        row["trace"] = _jsonable(failed.trace) if failed else []
-        return row
-    row["seconds"] = round(time.perf_counter() - started, 3)
-    row["prediction"] = pred.answer
-    row["metrics"] = score_all(example, pred.answer, names)
-    row.update({c: int(pred.get(c, 0) or 0) for c in COUNTS})
+        return Row(**question, seconds=round(time.perf_counter() - started, 3), prediction=None,
+                   metrics={name: 0.0 for name in names},
+                   **{c: int(failed.counts.get(c, 0)) if failed else 0 for c in COUNTS},
+                   error=f"{type(cause).__name__}: {cause}", error_kind=type(cause).__name__,
+                   error_step=failed.step if failed else None, attempt=attempt,
+                   trace=_read_trace(failed.trace if failed else []))
     extra = {k: v for k, v in pred.items() if k not in {"answer", "trace", *COUNTS}}
-    if extra:
-        row["outputs"] = _jsonable(extra)
-    if attempt:
-        row["attempt"] = attempt
-    row["trace"] = _jsonable(pred.get("trace", []))
-    return row
+    return Row(**question, seconds=round(time.perf_counter() - started, 3), prediction=pred.answer,
+               metrics=score_all(example, pred.answer, names), **{c: int(pred.get(c, 0) or 0) for c in COUNTS},
+               outputs=_jsonable(extra) if extra else None, attempt=attempt or None,
+               trace=_read_trace(pred.get("trace", [])))
+
+
+def _read_trace(steps: Sequence[Any]) -> list[Any]:
+    """A program's recorded steps as a row holds them: each read back into its declared kind."""
+    return [read_step(step) for step in _jsonable(list(steps))]
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from arag.data._io import check_apart
 from arag.errors import AragError, ConfigError
-from arag.runs import COUNTS, Run, load_runs
+from arag.runs import COUNTS, Row, Run, load_runs
 from arag.trace import trace_declarations
 
 COSTS = {  # the scatter's cost axes: a comparison row's key and its label
@@ -79,15 +79,15 @@ def comparison(runs: Sequence[Run]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
         summary, per_question = run.summary, run.summary["per_question"]
-        program = run.info.get("program") or "?"
-        params = run.info.get("params") or {}
+        program = run.record.program or "?"  # a run.json that does not record its program
+        params = run.record.params or {}
         rows.append({
             "run": run.name,
             "path": str(run.path),
             "program": program,
             "params": params,
             "changed_params": changed_params(program, params),
-            "lm": run.info.get("lm"),
+            "lm": run.record.lm or None,
             "n": summary["n"],
             "n_total": summary["n_total"],
             "n_failed": summary["n_failed"],
@@ -160,30 +160,32 @@ def question_table(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Every question of any run, in first-seen order: its id, text and gold answers; each run's row (None where
     the run lacks the question); whether it failed in a run, and whether the runs that hold it disagree."""
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    held: dict[tuple[str, str], list[Row]] = {}
     for index, run in enumerate(runs):
         for row in run.rows:
-            key = (str(row["id"]), row["question"])
-            entry = by_key.setdefault(key, {"id": key[0], "question": row["question"], "answers": row["answers"],
+            key = (row.id, row.question)
+            entry = by_key.setdefault(key, {"id": row.id, "question": row.question, "answers": row.answers,
                                             "rows": [None] * len(runs)})
-            entry["rows"][index] = {k: v for k, v in row.items() if k not in QUESTION_KEYS}
-    for entry in by_key.values():
-        present = [row for row in entry["rows"] if row is not None]
-        entry["failed"] = any("error" in row for row in present)
+            entry["rows"][index] = {k: v for k, v in row.to_json().items() if k not in QUESTION_KEYS}
+            held.setdefault(key, []).append(row)
+    for key, entry in by_key.items():
+        present = held[key]
+        entry["failed"] = any(row.failed for row in present)
         entry["disagree"] = disagree(present)
         entry["in_every_run"] = len(present) == len(runs)
     return list(by_key.values())
 
 
-def disagree(rows: Sequence[dict[str, Any]]) -> bool:
+def disagree(rows: Sequence[Row]) -> bool:
     """Whether runs' rows of one question differ: in their answers (normalised; a failure is an answer of its
     own) or in a metric they share."""
     from arag.data.metrics import normalize_answer
 
     if len(rows) < 2:
         return False
-    answers = {None if "error" in row else normalize_answer(str(row.get("prediction") or "")) for row in rows}
-    shared = set.intersection(*(set(row["metrics"]) for row in rows))
-    scores = {tuple(round(float(row["metrics"][name]), 6) for name in sorted(shared)) for row in rows}
+    answers = {None if row.failed else normalize_answer(str(row.prediction or "")) for row in rows}
+    shared = set.intersection(*(set(row.metrics) for row in rows))
+    scores = {tuple(round(float(row.metrics[name]), 6) for name in sorted(shared)) for row in rows}
     return len(answers) > 1 or len(scores) > 1
 
 

@@ -58,15 +58,15 @@ from quality_plan import (  # noqa: E402
     target_n,
     training_questions,
 )
+from quality_results import KeptRow, cell_rows, read_results, results_run, sync  # noqa: E402
 
 import arag  # noqa: E402
-from arag.data._io import atomic_writer  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
 from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.programs.frame.params import resolve_params  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
-from arag.runs import PREDICTIONS, Run, check_run_folder, last_rows, summarize  # noqa: E402
+from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
 from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
@@ -79,8 +79,6 @@ ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "it
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
          "crag", "self-crag", "react", "adaptive-rag")
 ANSWERED_AT = "answered-at"  # in a run folder: the commit of the process answering its questions
-KEPT = ("id", "prediction", "metrics", "lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens",
-        "retrieval_calls", "distinct_passages", "seconds", "error_kind", "error_step")
 
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
@@ -97,48 +95,6 @@ def non_negative_int(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of questions (a whole number, 0 or more)")
     return int(text)
-
-
-def compact(row: dict, commit: str) -> dict:
-    kept = {key: row[key] for key in KEPT if key in row}
-    kept["steps"] = dict(Counter(step.get("step", "?") for step in row.get("trace") or ()))
-    kept["commit"] = commit
-    return kept
-
-
-def read_results(path: Path) -> dict[str, dict]:
-    """A cell's compact rows by id (written whole, atomically: no half line to guard against)."""
-    return {row["id"]: row for row in map(json.loads, path.read_text().splitlines())} if path.exists() else {}
-
-
-def as_run_row(row: dict) -> dict:
-    """A compact row as the readers of runs (`arag table`, `arag report`) take it: a failed question carries
-    `error`, here its kind (the message stays in the run folder)."""
-    return {**row, "error": row["error_kind"]} if "error_kind" in row else row
-
-
-def cell_rows(results: Path, dataset: str, cell: str, examples: list[dspy.Example]) -> list[dict]:
-    """The rows of a cell's results for those of `examples` it has answered, in their order, as readers of runs
-    take them."""
-    kept = read_results(results / dataset / f"{cell}.jsonl")
-    return [as_run_row(kept[e.id]) for e in examples if e.id in kept]
-
-
-def sync(run_dir: Path, results: Path, commit: str) -> dict[str, dict]:
-    """The cell's results, with every question the run folder finished since added (the run folder's newer row
-    wins: a failure retried); written atomically."""
-    kept = read_results(results)
-    run_rows = last_rows(run_dir) if (run_dir / PREDICTIONS).exists() else []
-    changed = False
-    for row in run_rows:
-        if kept.get(row["id"], {}).get("seconds") != row.get("seconds") or row["id"] not in kept:
-            kept[row["id"]] = compact(row, kept.get(row["id"], {}).get("commit") or commit)
-            changed = True
-    if changed:
-        with atomic_writer(results) as handle:
-            for row in kept.values():
-                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return kept
 
 
 def answering_commit(run_dir: Path) -> str:
@@ -199,14 +155,14 @@ def tuned_cell(path: Path) -> Cell:
 
 
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
-             runs: Path, results: Path) -> dict[str, dict]:
+             runs: Path, results: Path) -> dict[str, KeptRow]:
     """One cell on one dataset: the questions its results lack (or failed) answered, its results returned;
     FolderInUse when another process is running it."""
     run_dir, cell_results = runs / dataset / cell.name, results / dataset / f"{cell.name}.jsonl"
     check_run_folder(run_dir)  # FolderInUse while another process runs this cell
     commit = current_commit()
     kept = sync(run_dir, cell_results, commit)
-    todo = [e for e in examples if e.id not in kept or "error_kind" in kept[e.id]]
+    todo = [e for e in examples if e.id not in kept or kept[e.id].failed]
     if todo:
         print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -222,7 +178,7 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
 
 
 def run_planned_cell(cell: Cell, dataset: str, questions: list[dspy.Example], corpus: Path, lm: dspy.LM,
-                     runs: Path, results: Path) -> tuple[list[dspy.Example], dict[str, dict]]:
+                     runs: Path, results: Path) -> tuple[list[dspy.Example], dict[str, KeptRow]]:
     """A cell run to the number of questions the plan gives it (`target_n`), block after block while it grows;
     the questions it now covers and its results."""
     while True:
@@ -230,17 +186,17 @@ def run_planned_cell(cell: Cell, dataset: str, questions: list[dspy.Example], co
         n, rule = target_n(cell.name, dataset, rows, cell_rows(results, dataset, BASELINE, questions))
         examples = questions[:n]
         kept = read_results(results / dataset / f"{cell.name}.jsonl")
-        if all(e.id in kept and "error_kind" not in kept[e.id] for e in examples) and rule != "growing":
+        if all(e.id in kept and not kept[e.id].failed for e in examples) and rule != "growing":
             return examples, kept
         kept = run_cell(cell, dataset, examples, corpus, lm, runs, results)
         if rule != "growing":
             return examples, kept
 
 
-def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dict[str, dict]) -> None:
+def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dict[str, KeptRow]) -> None:
     done = [kept[e.id] for e in examples if e.id in kept]
-    f1 = sum(r.get("metrics", {}).get("f1", 0.0) for r in done) / max(len(done), 1)
-    failed = sum("error_kind" in r for r in done)
+    f1 = sum(r.metrics.get("f1", 0.0) for r in done) / max(len(done), 1)
+    failed = sum(r.failed for r in done)
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
@@ -259,10 +215,12 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     commits: Counter = Counter()
     for dataset, examples in selected.items():
         runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
-        commits.update(row.get("commit", "unknown") for _, rows in runs for row in rows)
+        for program, _ in runs:
+            kept = read_results(results / dataset / f"{program}.jsonl")
+            commits.update(kept[e.id].commit for e in examples if e.id in kept)
         by_name = dict(runs)
         baseline = BASELINE if BASELINE in by_name else None
-        answered = {row["id"] for rows in by_name.values() for row in rows}
+        answered = {row.id for rows in by_name.values() for row in rows}
         split = split_of([e for e in examples if e.id in answered], DATASETS[dataset].split)
         for row in table_rows(runs, METRICS, baseline):
             name = row["run"]
@@ -301,16 +259,13 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
                 label: str) -> list[Run]:
     """Each cell's compact results as a run for `arag report`: the question and gold answers read back from the
     dataset, no trace (the traces stay in the run folders, for `arag report runs/quality/MODEL/DATASET/*`)."""
-    by_id = {e.id: e for e in examples}
     runs = []
     for cell in cells:
-        rows = [{**row, "question": by_id[row["id"]].question, "answers": list(by_id[row["id"]].answers), "trace": []}
-                for row in cell_rows(results, dataset, cell.name, examples)]
+        rows = cell_rows(results, dataset, cell.name, examples)
         if rows:
-            info = {"program": cell.program, "params": cell.params, "dataset": dataset, "lm": label,
-                    "compiled": str(cell.compiled) if cell.compiled else None}
-            summary = summarize(rows, n_total=len(examples), wall_time=0.0, run_info=info)
-            runs.append(Run(results / dataset / f"{cell.name}.jsonl", cell.name, info, rows, summary))
+            record = RunRecord(program=cell.program, params=cell.params, dataset=dataset, lm=label,
+                               compiled=str(cell.compiled) if cell.compiled else None)
+            runs.append(results_run(results / dataset / f"{cell.name}.jsonl", cell.name, rows, len(examples), record))
     return runs
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import dspy
 
 import arag
+from arag.runs import Row
 from arag.runs.table import paired_difference, question_scores
 
 CORE = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "crag", "self-rag", "adaptive-rag",
@@ -85,7 +86,7 @@ def router_training_ids(router_results: Path, dataset: str) -> set[str]:
     return ids
 
 
-def target_n(program: str, dataset: str, rows: list[dict], baseline: list[dict]) -> tuple[int, str]:
+def target_n(program: str, dataset: str, rows: list[Row], baseline: list[Row]) -> tuple[int, str]:
     """How many questions a cell should have answered, given what it and single-rag have answered, and why."""
     if program in CORE:
         return CORE_N[dataset], "core"

@@ -36,9 +36,9 @@ from arag.data._io import atomic_writer, check_apart
 from arag.data.metrics import normalize_answer
 from arag.errors import DataError
 from arag.programs.genground import cited_evidence
-from arag.runs import last_rows, predictions_path, read_run_info
+from arag.runs import Row, last_rows, predictions_path, read_record
 from arag.signatures.grounding import GroundAnswer
-from arag.trace import Ground, steps_of
+from arag.trace import Ground, UnreadStep, steps_of
 
 MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY = "malformed", "no evidence", "unrevised", "revised wrongly"
 FLAWS = (MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY)
@@ -72,11 +72,11 @@ def export_grounding(
     chosen = (drop_malformed, drop_no_evidence, drop_unrevised, drop_revised_wrongly)
     dropped = {flaw for flaw, drop in zip(FLAWS, chosen) if drop} | (PAPER_FILTERS if paper_filters else set())
     predictions = predictions_path(run_dir_or_predictions_path)
-    rows = [row for row in last_rows(predictions) if "error" not in row]
+    rows = [row for row in last_rows(predictions) if not row.failed]
     adapter = run_adapter(predictions.parent)
     examples, calls_seen = [], 0
     for row in rows:
-        calls = steps_of(row, Ground)
+        calls = grounding_calls(row, f"{predictions}, example {row.id!r}")
         calls_seen += len(calls)
         correct = answer_correct(row, metric, predictions)
         if only_correct and not correct:
@@ -85,16 +85,16 @@ def export_grounding(
             flaws = call_flaws(call, row, correct)
             if dropped.intersection(flaws):
                 continue
-            example = grounding_messages(call, f"{predictions}, example {row['id']!r}", adapter)
+            example = grounding_messages(call, adapter)
             if with_metadata:
                 example["metadata"] = {
-                    "id": row["id"],
-                    "hop": call.get("hop"),
-                    "batch": call.get("batch"),
-                    "passage_ids": call.get("passage_ids"),
-                    "evidence_found": call.get("evidence_found"),
+                    "id": row.id,
+                    "hop": call.hop,
+                    "batch": call.batch,
+                    "passage_ids": call.passage_ids,
+                    "evidence_found": call.evidence_found,
                     "final_answer_correct": correct,
-                    "metrics": row.get("metrics", {}),
+                    "metrics": row.metrics,
                     "flaws": flaws,
                 }
             examples.append(example)
@@ -104,15 +104,22 @@ def export_grounding(
     return len(examples)
 
 
-def call_flaws(call: dict[str, Any], row: dict[str, Any], final_answer_correct: bool) -> list[str]:
+def grounding_calls(row: Row, where: str) -> list[Ground]:
+    """The grounding calls of a row's trace; a DataError naming `where` for a grounding step that does not fit
+    its declaration (without its inputs or outputs, say)."""
+    for step in row.trace:
+        if isinstance(step, UnreadStep) and step.kind == Ground.kind:
+            raise DataError(f"{where}: {step.problem}")
+    return steps_of(row, Ground)
+
+
+def call_flaws(call: Ground, row: Row, final_answer_correct: bool) -> list[str]:
     """The flaws of one traced grounding call of a predictions.jsonl row (see the module docstring), in the
     order of FLAWS."""
-    outputs = call.get("outputs")
-    outputs = outputs if isinstance(outputs, dict) else {}
-    evidence, revised = outputs.get("evidence"), outputs.get("revised_answer")
+    evidence, revised = call.outputs.get("evidence"), call.outputs.get("revised_answer")
     evidence_listed = isinstance(evidence, list) and all(isinstance(item, str) for item in evidence)
     revised_given = isinstance(revised, str) and bool(revised.strip())
-    candidate = str((call.get("inputs") or {}).get("candidate_answer", ""))
+    candidate = str(call.inputs.get("candidate_answer", ""))
     answer = normalize_answer(revised if revised_given else candidate)
     flaws = []
     if not (evidence_listed and revised_given):
@@ -121,45 +128,39 @@ def call_flaws(call: dict[str, Any], row: dict[str, Any], final_answer_correct: 
         flaws.append(NO_EVIDENCE)
     if answer == normalize_answer(candidate):
         flaws.append(UNREVISED)
-    final_answer = row.get("prediction")
+    final_answer = row.prediction
     if (not final_answer_correct and isinstance(final_answer, str) and answer
-            and answer == normalize_answer(final_answer) and call.get("hop") == _last_grounded_hop(row)):
+            and answer == normalize_answer(final_answer) and call.hop == _last_grounded_hop(row)):
         flaws.append(REVISED_WRONGLY)
     return flaws
 
 
-def _last_grounded_hop(row: dict[str, Any]) -> Any:
-    hops = [step.get("hop") for step in steps_of(row, Ground)]
+def _last_grounded_hop(row: Row) -> int | None:
+    hops = [step.hop for step in steps_of(row, Ground)]
     return hops[-1] if hops else None
 
 
 def run_adapter(run_dir: Path) -> dspy.Adapter:
     """The adapter a run's calls went through, as its run.json records it (arag's schema adapter by default)."""
-    info = read_run_info(run_dir) or {}
-    return default_adapter(structured=info.get("schema", True))
+    record = read_record(run_dir)
+    return default_adapter(structured=record is None or record.schema is not False)
 
 
-def grounding_messages(call: dict[str, Any], where: str = "grounding step",
-                       adapter: dspy.Adapter | None = None) -> dict[str, list[dict[str, str]]]:
+def grounding_messages(call: Ground, adapter: dspy.Adapter | None = None) -> dict[str, list[dict[str, str]]]:
     """One traced grounding call (its `inputs` and `outputs`) as `{"messages": [system, user, assistant]}`."""
-    try:
-        inputs, outputs = call["inputs"], call["outputs"]
-    except KeyError as missing:
-        raise DataError(f"{where}: a grounding step without its {missing.args[0]}") from None
-    signature = _grounding_signature(with_reasoning="reasoning" in outputs)
+    signature = _grounding_signature(with_reasoning="reasoning" in call.outputs)
     adapter = adapter or default_adapter()
-    return adapter.format_finetune_data(signature, demos=[], inputs=inputs, outputs=outputs)
+    return adapter.format_finetune_data(signature, demos=[], inputs=call.inputs, outputs=call.outputs)
 
 
-def answer_correct(row: dict[str, Any], metric: str | None = None, where: str | Path = "row") -> bool:
+def answer_correct(row: Row, metric: str | None = None, where: str | Path = "row") -> bool:
     """Whether a predictions.jsonl row's answer scored 1.0 on `metric`, or on any of its metrics when None."""
-    scores = row.get("metrics") or {}
     if metric is None:
-        return any(score >= 1.0 for score in scores.values())
-    if metric not in scores:
-        known = ", ".join(sorted(scores)) or "none"
-        raise DataError(f"{where}, example {row.get('id')!r}: no {metric!r} score; the run has {known}")
-    return scores[metric] >= 1.0
+        return any(score >= 1.0 for score in row.metrics.values())
+    if metric not in row.metrics:
+        known = ", ".join(sorted(row.metrics)) or "none"
+        raise DataError(f"{where}, example {row.id!r}: no {metric!r} score; the run has {known}")
+    return row.metrics[metric] >= 1.0
 
 
 @functools.cache

@@ -22,13 +22,13 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from arag.errors import ConfigError
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES
 from arag.programs.adaptive_rag.router import embed_questions, write_router_file
 from arag.retrievers.dense import DEFAULT_MODEL
-from arag.runs import Run, load_run
+from arag.runs import Row, Run, load_run
 
 HOPS = ("single", "multi")
 UNANSWERED_LABEL = {"single": "B", "multi": "C"}
@@ -179,7 +179,7 @@ def _scored_questions(runs: Sequence[str | Path | Run], metric: str, hops: Mappi
     strategy_label = {program: label for label, program in STRATEGIES.items()}
     for given in runs:
         run = given if isinstance(given, Run) else load_run(given)
-        folder, program, dataset = run.path, run.info.get("program"), run.info.get("dataset")
+        folder, program, dataset = run.path, run.record.program, run.record.dataset
         if program not in strategy_label:
             raise ConfigError(f"{folder}: a run of {program!r}; the router learns from runs of "
                               f"{', '.join(STRATEGIES.values())}")
@@ -198,22 +198,21 @@ def _scored_questions(runs: Sequence[str | Path | Run], metric: str, hops: Mappi
                               f"{STRATEGIES[MULTI_STEP]} where their answers leave a label open)")
         name = dataset_name(dataset)
         nature = dataset_hops(name, hops or {})
-        rows = {label: {row["id"]: row for row in run.rows} for label, run in strategies.items()}
+        rows = {label: {row.id: row for row in run.rows} for label, run in strategies.items()}
         for row in strategies[simpler[0]].rows:
-            held = [label for label in sorted(strategies) if row["id"] in rows[label]]
+            held = [label for label in sorted(strategies) if row.id in rows[label]]
             if not all(label in held for label in simpler):
                 continue
             yield _ScoredQuestion(
-                id=str(row["id"]), question=row["question"], dataset=name, nature=nature,
-                lm_calls={label: int(rows[label][row["id"]].get("lm_calls", 0)) for label in held},
-                scores={label: _score(rows[label][row["id"]], metric, strategies[label].path) for label in held})
+                id=row.id, question=row.question, dataset=name, nature=nature,
+                lm_calls={label: rows[label][row.id].lm_calls or 0 for label in held},
+                scores={label: _score(rows[label][row.id], metric, strategies[label].path) for label in held})
 
 
-def _score(row: dict[str, Any], metric: str, run: Path) -> float:
-    metrics = row.get("metrics") or {}
-    if metric not in metrics:
-        raise ConfigError(f"{run}: question {row['id']} has no {metric!r} score (it has {', '.join(metrics)})")
-    return float(metrics[metric]) if "error" not in row else 0.0
+def _score(row: Row, metric: str, run: Path) -> float:
+    if metric not in row.metrics:
+        raise ConfigError(f"{run}: question {row.id} has no {metric!r} score (it has {', '.join(row.metrics)})")
+    return float(row.metrics[metric]) if not row.failed else 0.0
 
 
 def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_out: float = 0.2, seed: int = 0,

@@ -10,9 +10,10 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.programs import build_program
+from arag.runs import Row
 from arag.runs.decisions import DecisionCount, decision_counts, markdown
 from arag.testing import NUMBERED, TemplateRetriever, isolated_cache, scripted_lm
-from arag.trace import Action, Answer, Retrieve, Review, Stop, StopReason
+from arag.trace import Action, Answer, Retrieve, Review, Stop, StopReason, read_step
 from arag.trace.record import Step, declared
 
 
@@ -23,7 +24,8 @@ def fresh_cache():
 
 
 def row(question_id, *steps):
-    return {"id": question_id, "trace": [step.as_json() if isinstance(step, Step) else step for step in steps]}
+    return Row(id=question_id, question="q?", answers=["a"], metrics={"em": 0.0},
+               trace=[step if isinstance(step, Step) else read_step(step) for step in steps])
 
 
 def test_each_value_counts_its_steps_and_the_questions_that_took_it():
@@ -63,7 +65,7 @@ def test_crags_action_is_counted_from_a_programs_own_trace():
 
     with dspy.context(lm=scripted_lm(judge, logprobs=True, top_logprobs=5)):
         prediction = build_program("crag", TemplateRetriever(NUMBERED), k=3)(question="Where?")
-    counts = decision_counts([{"id": "q1", "trace": prediction.trace}])
+    counts = decision_counts([row("q1", *prediction.trace)])
     actions = [count for count in counts if count.kind == Action.kind]
     assert len(actions) == 1 and actions[0].value in ("correct", "ambiguous", "incorrect")
     assert actions[0].value == next(s["action"] for s in prediction.trace if s["step"] == Action.kind)
@@ -76,7 +78,7 @@ def test_arag_decisions_prints_each_runs_decisions(tmp_path):
     rows = [row("q1", Stop(reason=StopReason.T_IU)), row("q2", Stop(reason=StopReason.REPEATED_QUERY))]
     with open(folder / "predictions.jsonl", "w") as handle:
         for r in rows:
-            handle.write(json.dumps({**r, "question": "q?", "answers": ["a"], "metrics": {"em": 0.0}}) + "\n")
+            handle.write(json.dumps(r.to_json()) + "\n")
     result = CliRunner().invoke(main, ["decisions", str(folder)])
     assert result.exit_code == 0, result.output
     assert "| adaptive-note | stop | reason = t_iu | 1 | 0.50 | 1 of 2 |" in result.output

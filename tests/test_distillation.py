@@ -2,6 +2,7 @@
 filters (malformed, no evidence, unrevised, revised wrongly)."""
 
 import json
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -11,11 +12,12 @@ from arag.adapters import SchemaAdapter
 from arag.cli import main
 from arag.errors import DataError
 from arag.evaluate import evaluate
-from arag.optimizers.distillation import call_flaws, export_grounding, grounding_messages
+from arag.optimizers.distillation import call_flaws, export_grounding
 from arag.programs.genground import GenGround
+from arag.runs import Row, read_rows
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import TemplateRetriever, scripted_lm
-from arag.trace import Answer, Ground, Retrieve, is_step
+from arag.trace import Answer, Ground, Retrieve, is_step, steps_of
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
 
@@ -119,8 +121,10 @@ def test_a_run_without_grounding_calls_is_refused(tmp_path):
     assert not (tmp_path / "train.jsonl").exists()
     with pytest.raises(DataError, match="file not found"):
         export_grounding(tmp_path / "absent", tmp_path / "train.jsonl")
-    with pytest.raises(DataError, match="without its outputs"):
-        grounding_messages({"step": Ground.kind, "inputs": {}})
+    row["trace"].append({"step": Ground.kind, "inputs": {}})
+    predictions.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match="example 'q': a ground step without its hop"):
+        export_grounding(predictions, tmp_path / "train.jsonl")
 
 
 def export_keys(tmp_path, **options):
@@ -210,9 +214,8 @@ def test_badly_formed_outputs_are_dropped(tmp_path):
     edit_calls(tmp_path, edit)
     assert export_keys(tmp_path, drop_malformed=True) == []
     assert export_keys(tmp_path, paper_filters=True) == []
-    rows = read_jsonl(tmp_path / "run" / "predictions.jsonl")
-    flaws = [call_flaws(step, row, row["metrics"]["em"] == 1.0) for row in rows for step in row["trace"]
-             if is_step(step, Ground)]
+    flaws = [call_flaws(step, row, row.metrics["em"] == 1.0) for row in read_rows(tmp_path / "run")
+             for step in steps_of(row, Ground)]
     # A blank revised answer leaves the candidate standing, as GenGround does: unrevised.
     assert flaws == [["malformed", "no evidence", "unrevised"], ["malformed", "no evidence"],
                      ["malformed", "no evidence"], ["malformed", "unrevised"]]
@@ -227,9 +230,10 @@ def test_revised_wrongly_follows_the_metric_and_judges_only_the_last_hop(tmp_pat
     assert export_keys(tmp_path, drop_revised_wrongly=True) == [("right", 1), ("right", 2), ("wrong", 1), ("wrong", 2)]
     assert export_keys(tmp_path, drop_revised_wrongly=True, metric="em") == [("right", 1), ("right", 2), ("wrong", 1)]
 
-    (wrong_call,) = [step for step in rows[1]["trace"] if is_step(step, Ground) and step["batch"] == 2]
-    later_hop = {**wrong_call, "hop": 2, "inputs": {**wrong_call["inputs"], "candidate_answer": "Lyon"}}
-    two_hops = {**rows[1], "trace": [*rows[1]["trace"], later_hop]}
+    wrong = Row.from_json(rows[1], "the wrong row")
+    (wrong_call,) = [step for step in steps_of(wrong, Ground) if step.batch == 2]
+    later_hop = replace(wrong_call, hop=2, inputs={**wrong_call.inputs, "candidate_answer": "Lyon"})
+    two_hops = replace(wrong, trace=[*wrong.trace, later_hop])
     # "Paris" is still the final answer, but a later hop was grounded: the first hop's call is not judged.
     assert call_flaws(wrong_call, two_hops, final_answer_correct=False) == []
     assert call_flaws(later_hop, two_hops, final_answer_correct=False) == ["revised wrongly"]

@@ -36,11 +36,12 @@ def test_rows_and_summary(tmp_path):
     with dspy.context(lm=lm):
         result = evaluate(program, examples(6), out_dir=tmp_path, threads=3, progress=False,
                           run_info={"program": "no-retrieval"})
-    rows = read_rows(tmp_path)
+    rows = [ujson.loads(line) for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
     assert sorted(r["id"] for r in rows) == [f"q{i}" for i in range(6)]
     required = {"id", "question", "answers", "prediction", "metrics", "lm_calls", "prompt_tokens",
                 "completion_tokens", "retrieval_calls", "distinct_passages", "trace"}
     assert all(required <= set(r) and "error" not in r for r in rows)
+    assert [row.to_json() for row in read_rows(tmp_path)] == rows
     summary = ujson.loads((tmp_path / "summary.json").read_text())
     assert summary == result.summary
     assert summary["n"] == 6 and summary["complete"] and summary["program"] == "no-retrieval"
@@ -57,7 +58,7 @@ def test_rerun_skips_finished_examples(tmp_path):
     with dspy.context(lm=second):
         result = evaluate(program, examples(7), out_dir=tmp_path, progress=False)
     assert second.engine.count == 3
-    assert [r["id"] for r in result.rows] == [f"q{i}" for i in range(7)]
+    assert [r.id for r in result.rows] == [f"q{i}" for i in range(7)]
     assert len(read_rows(tmp_path)) == 7
 
 
@@ -68,7 +69,7 @@ def test_failed_examples_are_recorded_then_retried(tmp_path):
     with dspy.context(lm=broken):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert result.summary["n_failed"] == 3
-    assert all(r["error"] and r["prediction"] is None and set(r["metrics"].values()) == {0.0} for r in result.rows)
+    assert all(r.error and r.prediction is None and set(r.metrics.values()) == {0.0} for r in result.rows)
     healthy = scripted_lm(echo_item, name=broken.model)  # the endpoint mended
     with dspy.context(lm=healthy):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
@@ -108,12 +109,12 @@ def test_a_whole_last_row_without_its_newline_is_kept(tmp_path):
         evaluate(program, examples(2), out_dir=tmp_path, progress=False)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_bytes(predictions.read_bytes().rstrip(b"\n"))
-    assert [row["id"] for row in last_rows(tmp_path)] == ["q0", "q1"]
+    assert [row.id for row in last_rows(tmp_path)] == ["q0", "q1"]
     lm = scripted_lm(echo_item, name=first.model)
     with dspy.context(lm=lm):
         result = evaluate(program, examples(3), out_dir=tmp_path, progress=False)
     assert lm.engine.count == 1 and result.summary["n"] == 3
-    assert [row["id"] for row in read_rows(tmp_path)] == ["q0", "q1", "q2"]
+    assert [row.id for row in read_rows(tmp_path)] == ["q0", "q1", "q2"]
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):

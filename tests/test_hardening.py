@@ -88,7 +88,7 @@ def test_a_300_question_evaluation_survives_faults_and_records_every_failure(tmp
     with isolated_cache(enabled=False), dspy.context(lm=lm, adapter=TextAdapter()):
         result = evaluate(build_program("no-retrieval"), examples, out_dir=tmp_path, threads=8, progress=False,
                           max_errors=300)
-    rows = read_rows(tmp_path / "predictions.jsonl")
+    rows = [row.to_json() for row in read_rows(tmp_path / "predictions.jsonl")]
     assert sorted(row["id"] for row in rows) == [ex.id for ex in examples], "a question was lost or answered twice"
     assert result.summary["complete"] and result.summary["n"] == 300
 
@@ -151,7 +151,7 @@ def test_the_cli_retries_http_faults_and_keeps_every_question(tmp_path):
         statuses = set(server.engine.faulted)
     assert done.returncode == 0, done.stderr
     rows = read_rows(tmp_path / "run" / "predictions.jsonl")
-    assert len(rows) == 24 == len({row["id"] for row in rows}) and not any("error" in row for row in rows)
+    assert len(rows) == 24 == len({row.id for row in rows}) and not any(row.failed for row in rows)
     assert statuses == set(RETRYABLE) and server.engine.count == 24 + len(server.engine.faulted)
 
 
@@ -197,7 +197,7 @@ def test_an_adaptive_note_eval_killed_twice_resumes_to_the_uninterrupted_rows(tm
         subprocess.run(command(killed), check=True, capture_output=True, env=env("cache-killed"), timeout=300)
 
     def answers(out: Path) -> dict:
-        rows = read_rows(out / "predictions.jsonl")
+        rows = [row.to_json() for row in read_rows(out / "predictions.jsonl")]
         assert len({row["id"] for row in rows}) == len(rows) == 12, "an example was lost or answered twice"
         return {row["id"]: (row["prediction"], row["metrics"], row["lm_calls"], row["trace"]) for row in rows}
 
@@ -550,6 +550,6 @@ def test_a_second_eval_on_a_busy_folder_exits_naming_the_holder_and_the_first_co
     assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
     assert second.stderr.startswith(f"error: {out} is in use by another arag run (pid {first.pid} on ")
     rows, n = read_rows(predictions), len(load_examples(questions))
-    assert len(rows) == len({row["id"] for row in rows}) == n
+    assert len(rows) == len({row.id for row in rows}) == n
     summary = ujson.loads((out / "summary.json").read_text())
     assert summary["n"] == n and summary["totals"]["lm_calls"] == calls == n

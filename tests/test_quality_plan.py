@@ -9,6 +9,8 @@ from pathlib import Path
 import dspy
 import pytest
 
+from arag.runs import Row
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from quality_plan import (  # noqa: E402
     CORE_N,
@@ -22,8 +24,9 @@ from quality_plan import (  # noqa: E402
 )
 
 
-def rows(scores: list[float], start: int = 0) -> list[dict]:
-    return [{"id": f"q{start + i}", "metrics": {"f1": score}} for i, score in enumerate(scores)]
+def rows(scores: list[float], start: int = 0) -> list[Row]:
+    return [Row(id=f"q{start + i}", question="?", answers=[], trace=[], metrics={"f1": score})
+            for i, score in enumerate(scores)]
 
 
 def test_core_programs_take_their_dataset_count_and_others_start_at_a_first_block():

@@ -5,6 +5,7 @@ import base64
 import gzip
 import json
 import shutil
+from dataclasses import replace
 
 import dspy
 import pytest
@@ -19,7 +20,7 @@ from arag.passages import Passage
 from arag.programs import build_program
 from arag.programs.frame.sentences import split_sentences
 from arag.report import comparison, disagree, pareto_front, question_table, render_html, report_data
-from arag.runs import load_runs
+from arag.runs import Row, load_runs
 from arag.testing import (
     FOUND_FOR,
     NUMBERED,
@@ -127,10 +128,10 @@ def test_questions_where_the_runs_disagree_or_fail(tmp_path):
 
 
 def test_disagreement_counts_metrics_as_well_as_answers():
-    row = {"prediction": "Paris", "metrics": {"em": 1.0, "f1": 1.0}}
-    assert not disagree([row, dict(row)])
-    assert disagree([row, {**row, "metrics": {"em": 1.0, "f1": 0.5}}])
-    assert disagree([row, {**row, "prediction": None, "error": "LMError: down"}])
+    row = Row(id="q0", question="?", answers=["Paris"], trace=[], prediction="Paris", metrics={"em": 1.0, "f1": 1.0})
+    assert not disagree([row, replace(row)])
+    assert disagree([row, replace(row, metrics={"em": 1.0, "f1": 0.5})])
+    assert disagree([row, replace(row, prediction=None, error="LMError: down")])
     assert not disagree([row])
 
 
@@ -152,7 +153,7 @@ def test_the_last_row_of_a_question_counts_and_an_unfinished_last_line_is_left_o
     with open(run / "predictions.jsonl", "a") as f:
         f.write('{"id": "q9", "question": "Quest')  # a row still being written
     (loaded,) = load_runs([run])
-    assert sorted(row["id"] for row in loaded.rows) == ["q0", "q1", "q2", "q3"]
+    assert sorted(row.id for row in loaded.rows) == ["q0", "q1", "q2", "q3"]
     assert loaded.summary["n_failed"] == 0 and loaded.summary["metrics"]["em"] == 1.0
 
 

@@ -159,11 +159,11 @@ def test_a_failed_question_keeps_its_trace_its_cost_and_the_step_that_failed(tmp
     with dspy.context(lm=lm):
         program = build_program("single-rag", TemplateRetriever(NUMBERED), k=2)
         result = evaluate(program, examples(4), out_dir=tmp_path, progress=False)
-    failed = [row for row in result.rows if "error" in row]
-    assert [row["id"] for row in failed] == ["q1", "q3"]
+    failed = [row for row in result.rows if row.failed]
+    assert [row.id for row in failed] == ["q1", "q3"]
     for row in failed:
-        assert row["error_kind"] == "AdapterParseError" and row["error_step"] == "generate_answer"
-        assert row["lm_calls"] == 1 and row["prompt_tokens"] > 0 and row["retrieval_calls"] == 1
+        assert row.error_kind == "AdapterParseError" and row.error_step == "generate_answer"
+        assert row.lm_calls == 1 and row.prompt_tokens > 0 and row.retrieval_calls == 1
         assert kinds_of(row) == [Retrieve]
     summary = result.summary
     assert summary["failures"] == {"AdapterParseError": 2}
@@ -178,7 +178,7 @@ def test_a_retry_reaches_the_model_instead_of_replaying_the_cached_failure(tmp_p
         assert lm.engine.count == 4
         retried = evaluate(program, examples(4), out_dir=tmp_path, progress=False)
     assert lm.engine.count == 6  # the two failed questions were sent again, not read back from the cache
-    assert sorted(row.get("attempt", 0) for row in retried.rows) == [0, 0, 1, 1]
+    assert sorted(row.attempt or 0 for row in retried.rows) == [0, 0, 1, 1]
 
 
 def test_max_errors_stops_a_run_whose_every_question_fails_and_names_the_step(tmp_path):
@@ -214,9 +214,9 @@ def test_a_question_stops_at_its_cap_on_lm_calls_with_what_it_spent(tmp_path):
         result = evaluate(program, examples(2), out_dir=tmp_path, progress=False, max_lm_calls=7)
         uncapped = evaluate(program, examples(2), out_dir=tmp_path / "uncapped", progress=False, max_lm_calls=0)
     for row in result.rows:
-        assert row["error_kind"] == "LMCallBudgetSpent" and "7 LM calls" in row["error"]
-        assert row["lm_calls"] == 7 and kinds_of(row)[:2] == [Retrieve, Evaluate]
-    assert all("error" not in row and row["lm_calls"] == 11 for row in uncapped.rows)
+        assert row.error_kind == "LMCallBudgetSpent" and "7 LM calls" in row.error
+        assert row.lm_calls == 7 and kinds_of(row)[:2] == [Retrieve, Evaluate]
+    assert all(not row.failed and row.lm_calls == 11 for row in uncapped.rows)
     assert program.default_max_lm_calls() == 150  # 100 + 10 per passage of k
 
 

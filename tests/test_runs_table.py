@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from click.testing import CliRunner
 
 from arag.cli import main
 from arag.errors import ConfigError
+from arag.runs import Row
 from arag.runs.table import markdown, paired_difference, table_rows
 
 
 def rows(scores, lm_calls=1, failed=()):
-    return [{"id": f"q{i}", "metrics": {"f1": s}, "lm_calls": lm_calls, "prompt_tokens": 100 * lm_calls,
-             "seconds": 2.0, **({"error": "boom"} if i in failed else {})} for i, s in enumerate(scores)]
+    return [Row(id=f"q{i}", question="?", answers=[], trace=[], metrics={"f1": s}, lm_calls=lm_calls,
+                prompt_tokens=100 * lm_calls, seconds=2.0, error="boom" if i in failed else None)
+            for i, s in enumerate(scores)]
 
 
 def test_a_run_better_on_every_question_has_an_interval_above_zero():
@@ -51,7 +54,7 @@ def test_table_rows_hold_means_differences_and_costs():
 
 def test_a_count_that_some_rows_lack_is_left_out_not_averaged_over_the_others():
     older = rows([1.0, 1.0, 0.0])
-    newer = [{**row, "id": f"new{i}", "reused_prompt_tokens": 80} for i, row in enumerate(rows([1.0, 0.0]))]
+    newer = [replace(row, id=f"new{i}", reused_prompt_tokens=80) for i, row in enumerate(rows([1.0, 0.0]))]
     [mixed, recorded] = table_rows([("mixed", older + newer[:1]), ("recorded", newer)], ["f1"])
     assert mixed["reused_prompt_tokens"] is None and mixed["prompt_tokens"] == 100.0
     assert recorded["reused_prompt_tokens"] == 80.0
@@ -63,7 +66,7 @@ def write_run(folder, scores):
     (folder / "run.json").write_text(json.dumps({"program": folder.name}))
     with open(folder / "predictions.jsonl", "w") as handle:
         for row in rows(scores):
-            handle.write(json.dumps({**row, "question": "q?", "answers": ["a"], "trace": []}) + "\n")
+            handle.write(json.dumps({**row.to_json(), "question": "q?", "answers": ["a"]}) + "\n")
 
 
 def test_arag_table_prints_the_runs_against_the_baseline(tmp_path):

@@ -1,9 +1,9 @@
-"""Evaluation runs: the folder `arag eval --out` writes, read and written only through `folder`, and tables that
-compare runs with bootstrap intervals (`table`, for `arag table`) or count their decisions (`decisions`, for
-`arag decisions`)."""
+"""Evaluation runs: the folder `arag eval --out` writes, read and written only through `folder`; what its files
+hold, declared once in `records` (a run's RunRecord, a question's Row); and tables that compare runs with
+bootstrap intervals (`table`, for `arag table`) or count their decisions (`decisions`, for `arag decisions`).
+Setting a run up is `arag.setup`'s (RunSpec)."""
 
 from arag.runs.folder import (
-    COUNTS,
     LOCK,
     PREDICTIONS,
     RUN,
@@ -16,12 +16,12 @@ from arag.runs.folder import (
     load_run,
     load_runs,
     predictions_path,
+    read_record,
     read_rows,
-    read_run_info,
-    row_problem,
     run_names,
     summarize,
 )
+from arag.runs.records import COUNTS, Row, RunRecord
 
 __all__ = [
     "COUNTS",
@@ -30,16 +30,17 @@ __all__ = [
     "RUN",
     "RUN_FILES",
     "SUMMARY",
+    "Row",
     "Run",
     "RunFolder",
+    "RunRecord",
     "check_run_folder",
     "last_rows",
     "load_run",
     "load_runs",
     "predictions_path",
+    "read_record",
     "read_rows",
-    "read_run_info",
-    "row_problem",
     "run_names",
     "summarize",
 ]

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from arag.trace import STEP_KINDS
+from arag.runs.records import Row
+from arag.trace import ABSENT
 
 
 @dataclass(frozen=True)
@@ -32,26 +33,26 @@ def decision_value(value: Any) -> str:
     return str(value)
 
 
-def decision_counts(rows: Sequence[Mapping[str, Any]]) -> list[DecisionCount]:
-    """The decisions in the traces of `rows` (a run's rows), by kind, field and value; steps of undeclared kinds,
-    and decisions a step leaves out, are not counted."""
+def decision_counts(rows: Sequence[Row]) -> list[DecisionCount]:
+    """The decisions in the traces of `rows` (a run's rows), by kind, field and value; steps no declaration reads
+    (another version's), and decisions a step leaves out, are not counted."""
     steps: Counter[tuple[str, str, str]] = Counter()
     questions: Counter[tuple[str, str, str]] = Counter()
     for row in rows:
         taken = set()
-        for step in row.get("trace") or ():
-            kind = STEP_KINDS.get(step.get("step"))
-            field = kind.decision_field if kind is not None else None
-            if field is None or field not in step:
+        for step in row.trace:
+            field = step.decision_field
+            value = getattr(step, field) if field is not None else ABSENT
+            if value is ABSENT:
                 continue
-            key = (kind.kind, field, decision_value(step[field]))
+            key = (step.kind, field, decision_value(value))
             steps[key] += 1
             taken.add(key)
         questions.update(taken)
     return [DecisionCount(*key, steps=steps[key], questions=questions[key]) for key in sorted(steps)]
 
 
-def markdown(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) -> str:
+def markdown(runs: Sequence[tuple[str, Sequence[Row]]]) -> str:
     """The decisions of each (name, rows) run as a Markdown table, one line a value taken."""
     lines = ["| run | step | decision | taken | per question | in questions |", "|---|---|---|---|---|---|"]
     for name, rows in runs:

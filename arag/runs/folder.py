@@ -1,14 +1,14 @@
 """The run folder that `arag eval --out` writes, and the one place that reads and writes its files.
 
-    run.json           what was run (program, parameters, LM, ...), written when the run starts
-    predictions.jsonl  one JSON row per finished question, appended as questions finish; a question run again
+    run.json           what was run (a RunRecord: program, parameters, LM, ...), written when the run starts
+    predictions.jsonl  one Row per finished question, appended as questions finish; a question run again
                        (a failure retried) has a later row, and its last row is the one that counts
     summary.json       the means and totals of those last rows, written when the run stops
     run.lock           held by the one process that writes the folder, and naming it
 
 A row is a line of predictions.jsonl. A last line without its newline is a row being written, or cut by a kill:
 every reader keeps it when it is whole JSON and leaves it out otherwise, and the writer, before it appends, ends a
-whole one with its newline and cuts a broken one.
+whole one with its newline and cuts a broken one. What run.json and a row hold is declared in `records`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import math
 import os
 import re
 import socket
@@ -31,6 +30,7 @@ import ujson
 
 from arag.data._io import existing_file, write_atomic
 from arag.errors import ConfigError, DataError, FolderInUse
+from arag.runs.records import COUNTS, Row, RunRecord
 
 PREDICTIONS = "predictions.jsonl"
 SUMMARY = "summary.json"
@@ -40,11 +40,6 @@ RUN_FILES = (RUN, PREDICTIONS, SUMMARY, LOCK)  # what a run writes in its folder
 # What run.lock holds: nothing (made, not yet written) or its holder's line, `pid N on HOST[, since TIME]`.
 LOCK_LINE = re.compile(r"(pid \d+ on [^\n]{1,300}\n?)?")
 MAX_LOCK_BYTES = 400
-# reused_prompt_tokens: prompt tokens the engine took from its cache of an earlier prompt's prefix (llama.cpp's
-# KV cache, a server's prefix cache) rather than evaluating them
-COUNTS = ("lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens", "retrieval_calls",
-          "distinct_passages")
-REQUIRED_ROW_KEYS = ("id", "question", "answers", "metrics", "trace")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -58,8 +53,8 @@ class Run:
 
     path: Path
     name: str
-    info: dict[str, Any]
-    rows: list[dict[str, Any]]
+    record: RunRecord
+    rows: list[Row]
     summary: dict[str, Any]
 
 
@@ -69,7 +64,7 @@ def predictions_path(path: str | Path) -> Path:
     return path / PREDICTIONS if path.is_dir() else path
 
 
-def read_rows(path: str | Path) -> list[dict[str, Any]]:
+def read_rows(path: str | Path) -> list[Row]:
     """Every row of a run folder's predictions.jsonl (or of that file), in the order written; a DataError names the
     file and line of a row that is not one of arag's."""
     path = existing_file(predictions_path(path))
@@ -81,19 +76,16 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            data = json.loads(line)
         except ValueError:
             raise DataError(f"{path}:{lineno}: not a JSON row") from None
-        problem = row_problem(row)
-        if problem:
-            raise DataError(f"{path}:{lineno}: not a row of arag's: {problem}")
-        rows.append(row)
+        rows.append(Row.from_json(data, f"{path}:{lineno}"))
     return rows
 
 
-def last_rows(path: str | Path) -> list[dict[str, Any]]:
+def last_rows(path: str | Path) -> list[Row]:
     """The last row of each question in a run folder's predictions.jsonl (or that file), in first-seen order."""
-    rows = {row["id"]: row for row in read_rows(path)}
+    rows = {row.id: row for row in read_rows(path)}
     return list(rows.values())
 
 
@@ -105,67 +97,44 @@ def _whole_json(line: bytes) -> bool:
     return True
 
 
-def row_problem(row: Any) -> str | None:
-    """What makes `row` unlike a row of `arag.evaluate`, or None."""
-    if not isinstance(row, dict):
-        return f"a row is a JSON object, not {type(row).__name__}"
-    missing = [key for key in REQUIRED_ROW_KEYS if key not in row]
-    if missing:
-        return f"it has no {', '.join(missing)}"
-    if not isinstance(row["id"], str):
-        return "id should be text"
-    if not isinstance(row["question"], str):
-        return "question should be text"
-    if not isinstance(row["metrics"], dict) or not all(_is_number(v) for v in row["metrics"].values()):
-        return "metrics should map metric names to numbers"
-    if not isinstance(row["answers"], list):
-        return "answers should be a list of gold answers"
-    if not isinstance(row["trace"], list) or not all(isinstance(s, dict) and "step" in s for s in row["trace"]):
-        return "trace should be a list of steps, each an object with a 'step' name"
-    bad = [key for key in (*COUNTS, "seconds") if key in row and not _is_number(row[key])]
-    if bad:
-        return f"{', '.join(bad)} should be numbers"
-    return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def read_run_info(folder: str | Path) -> dict[str, Any] | None:
+def read_record(folder: str | Path) -> RunRecord | None:
     """What the run in `folder` ran (its run.json), or None when the folder has none."""
     path = Path(folder) / RUN
-    return _json_object(path, "a run description") if path.exists() else None
+    return RunRecord.from_json(_json_value(path), str(path)) if path.exists() else None
+
+
+def _json_value(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
 
 
 def _json_object(path: Path, what: str) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path}: not valid JSON ({exc})") from None
+    value = _json_value(path)
     if not isinstance(value, dict):
         raise DataError(f"{path}: not {what} (a JSON object)")
     return value
 
 
-def summarize(rows: Sequence[dict[str, Any]], *, n_total: int, wall_time: float,
-              run_info: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Mean metrics (failed examples score 0), total and mean counts, and the run's description."""
+def summarize(rows: Sequence[Row], *, n_total: int, wall_time: float,
+              record: RunRecord | None = None) -> dict[str, Any]:
+    """Mean metrics (failed examples score 0), total and mean counts, and the run's record."""
     n = len(rows)
-    metric_names = sorted({name for row in rows for name in row["metrics"]})
-    means = {name: sum(row["metrics"].get(name, 0.0) for row in rows) / n if n else 0.0 for name in metric_names}
-    totals = {c: sum(int(row.get(c, 0)) for row in rows) for c in COUNTS}
+    metric_names = sorted({name for row in rows for name in row.metrics})
+    means = {name: sum(row.metrics.get(name, 0.0) for row in rows) / n if n else 0.0 for name in metric_names}
+    totals = {c: sum(row.count(c) or 0 for row in rows) for c in COUNTS}
     return {
-        **(run_info or {}),
+        **(record.to_json() if record is not None else {}),
         "n": n,
         "n_total": n_total,
         "complete": n == n_total,
-        "n_failed": sum("error" in row for row in rows),
-        "failures": dict(Counter(row["error_kind"] for row in rows if "error" in row and row.get("error_kind"))),
+        "n_failed": sum(row.failed for row in rows),
+        "failures": dict(Counter(row.error_kind for row in rows if row.failed and row.error_kind)),
         "metrics": means,
         "totals": totals,
         "per_question": {c: totals[c] / n if n else 0.0 for c in COUNTS},
-        "seconds_per_question": round(sum(row.get("seconds", 0.0) for row in rows) / n, 3) if n else 0.0,
+        "seconds_per_question": round(sum(row.seconds or 0.0 for row in rows) / n, 3) if n else 0.0,
         "wall_time_s": round(wall_time, 3),
     }
 
@@ -180,14 +149,14 @@ def load_run(path: str | Path, name: str | None = None) -> Run:
     if RUN in missing:
         raise ConfigError(f"{folder} is not a run folder: it has no {' and no '.join(missing)} "
                           "(a run is a folder written by `arag eval --out`)")
-    info = read_run_info(folder) or {}
+    record = read_record(folder) or RunRecord()
     rows = [] if missing else last_rows(folder)
     if not rows:
         raise DataError(f"{folder / PREDICTIONS} holds no rows: the run has not finished a question yet")
     written = _json_object(folder / SUMMARY, "a run summary") if (folder / SUMMARY).is_file() else {}
     n_total = max(int(written.get("n_total") or 0), len(rows))
-    summary = summarize(rows, n_total=n_total, wall_time=float(written.get("wall_time_s") or 0.0), run_info=info)
-    return Run(folder, name or folder.name, info, rows, summary)
+    summary = summarize(rows, n_total=n_total, wall_time=float(written.get("wall_time_s") or 0.0), record=record)
+    return Run(folder, name or folder.name, record, rows, summary)
 
 
 def load_runs(paths: Sequence[str | Path]) -> list[Run]:
@@ -221,7 +190,7 @@ class RunFolder:
     """A run folder held for writing: predictions.jsonl (append-only, one flushed line per example), run.json and
     summary.json, in a folder this process holds locked from construction to `release()`."""
 
-    def __init__(self, directory: Path, run_info: dict[str, Any]) -> None:
+    def __init__(self, directory: Path, record: RunRecord) -> None:
         self.dir = directory
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -232,23 +201,23 @@ class RunFolder:
         _previous_run(directory)  # a folder that is not a run of arag's gets no lock file either
         self._lock = _lock_folder(directory)
         try:
-            self._check_run(run_info)
+            self._check_run(record)
             self._end_last_line()
         except BaseException:
             self.release()
             raise
 
-    def _check_run(self, run_info: dict[str, Any]) -> None:
+    def _check_run(self, record: RunRecord) -> None:
         previous = _previous_run(self.dir)
         if previous is not None:
-            changed = {k for k in set(previous) | set(run_info) if previous.get(k) != run_info.get(k)}
+            changed = record.differences(previous)
             if changed:
                 raise ConfigError(
-                    f"{self.dir} holds a run with different settings ({', '.join(sorted(changed))}); "
+                    f"{self.dir} holds a run with different settings ({', '.join(changed)}); "
                     "use another --out, or the same settings to resume it"
                 )
         else:
-            write_atomic(self.dir / RUN, ujson.dumps(run_info, indent=2))
+            write_atomic(self.dir / RUN, ujson.dumps(record.to_json(), indent=2))
 
     def _end_last_line(self) -> None:
         """Keeps appends line-aligned after a kill mid-write: a whole last row gets its newline, half a one is cut."""
@@ -265,19 +234,19 @@ class RunFolder:
             else:
                 f.truncate(start)
 
-    def finished(self) -> dict[str, dict[str, Any]]:
+    def finished(self) -> dict[str, Row]:
         """Rows already answered (failed ones are run again), by example id."""
-        return {key: row for key, row in self.last_rows().items() if "error" not in row}
+        return {key: row for key, row in self.last_rows().items() if not row.failed}
 
     def attempts(self) -> dict[str, int]:
         """How many times each example has failed so far: the attempt number of its next try."""
-        return dict(Counter(row["id"] for row in self._rows() if "error" in row))
+        return dict(Counter(row.id for row in self._rows() if row.failed))
 
-    def last_rows(self) -> dict[str, dict[str, Any]]:
+    def last_rows(self) -> dict[str, Row]:
         """The last row of each example id in predictions.jsonl."""
-        return {row["id"]: row for row in self._rows()}
+        return {row.id: row for row in self._rows()}
 
-    def _rows(self) -> list[dict[str, Any]]:
+    def _rows(self) -> list[Row]:
         if not self.path.exists():
             return []
         try:
@@ -285,10 +254,10 @@ class RunFolder:
         except DataError as exc:
             raise DataError(f"{exc}; move the file away to start over") from None
 
-    def append(self, row: dict[str, Any]) -> None:
+    def append(self, row: Row) -> None:
         if self._file is None:
             self._file = open(self.path, "a", encoding="utf-8")
-        self._file.write(ujson.dumps(row, ensure_ascii=False) + "\n")
+        self._file.write(ujson.dumps(row.to_json(), ensure_ascii=False) + "\n")
         self._file.flush()
 
     def close_rows(self) -> None:
@@ -322,7 +291,7 @@ def check_run_folder(directory: str | Path) -> None:
         os.close(_lock_folder(directory))
 
 
-def _previous_run(directory: Path) -> dict[str, Any] | None:
+def _previous_run(directory: Path) -> RunRecord | None:
     """The run.json of an earlier run in the folder, or None for a folder without rows; links in place of
     arag's files (symbolic ones, or a hard-linked predictions.jsonl), and rows or a summary without a run.json (not
     written by arag) are refused."""
@@ -340,7 +309,7 @@ def _previous_run(directory: Path) -> dict[str, Any] | None:
             raise ConfigError(f"{directory} holds {' and '.join(foreign)} but no {RUN}: not a run of arag's; "
                               "use another --out, or move those files away")
     try:
-        return read_run_info(directory)
+        return read_record(directory)
     except DataError as exc:
         raise DataError(f"{exc}; use another --out") from None
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from arag.errors import ConfigError
+from arag.runs.records import Row
 
 RESAMPLES = 10_000
 LEVEL = 0.95
@@ -57,12 +58,12 @@ def paired_difference(scores: Mapping[str, float], baseline: Mapping[str, float]
     return Difference(float(differences.mean()), float(low), float(high), len(shared))
 
 
-def question_scores(rows: Sequence[Mapping[str, Any]], metric: str) -> dict[str, float]:
+def question_scores(rows: Sequence[Row], metric: str) -> dict[str, float]:
     """Each question's score on ``metric`` (0 for a failed question or a missing metric)."""
-    return {str(row["id"]): float(row.get("metrics", {}).get(metric, 0.0)) for row in rows}
+    return {row.id: float(row.metrics.get(metric, 0.0)) for row in rows}
 
 
-def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics: Sequence[str],
+def table_rows(runs: Sequence[tuple[str, Sequence[Row]]], metrics: Sequence[str],
                baseline: str | None = None) -> list[dict[str, Any]]:
     """One row per (name, rows) run: questions, failures, each metric's mean and its difference from the
     baseline run's (named by its name), and each cost's mean per question (None when a row lacks that count, as
@@ -73,17 +74,21 @@ def table_rows(runs: Sequence[tuple[str, Sequence[Mapping[str, Any]]]], metrics:
     table = []
     for name, rows in runs:
         n = len(rows)
-        row: dict[str, Any] = {"run": name, "n": n, "failed": sum("error" in r for r in rows)}
+        row: dict[str, Any] = {"run": name, "n": n, "failed": sum(r.failed for r in rows)}
         for metric in metrics:
             scores = question_scores(rows, metric)
             row[metric] = sum(scores.values()) / n if n else 0.0
             if baseline is not None and name != baseline:
                 row[f"{metric} vs {baseline}"] = paired_difference(scores, question_scores(named[baseline], metric))
         for cost in COST_COLUMNS:
-            counted = [float(r[cost]) for r in rows if cost in r]  # rows written before a count existed lack it
-            row[cost] = sum(counted) / n if counted and len(counted) == n else None
+            counted = [float(value) for r in rows if (value := _cost(r, cost)) is not None]  # rows written before
+            row[cost] = sum(counted) / n if counted and len(counted) == n else None  # a count existed lack it
         table.append(row)
     return table
+
+
+def _cost(row: Row, cost: str) -> float | None:
+    return row.seconds if cost == "seconds" else row.count(cost)
 
 
 def markdown(table: Sequence[Mapping[str, Any]], metrics: Sequence[str], baseline: str | None = None) -> str:

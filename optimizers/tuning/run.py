@@ -17,7 +17,7 @@ import re
 import socket
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -41,6 +41,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, resolve_params
 from arag.programs.frame.registry import build_program, get_program
 from arag.retrievers.base import Retriever
+from arag.runs import RunRecord
 from arag.scratch import create_scratch, remove_scratch
 
 logger = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ def tune(program_name: str, devset: Sequence[dspy.Example], retriever: Retriever
         folder=out_dir / "trials" / re.sub(r"[^\w.-]", "_", study.study_name),
         settings={"lm": lm, "adapter": dspy.settings.adapter,
                   "callbacks": list(dspy.settings.get("callbacks") or [])},
-        run_info={"program": program_name, "study": study.study_name},
+        record=RunRecord(program=program_name, study=study.study_name),
         max_lm_calls=config.max_lm_calls,
         cost_ceiling=config.cost_ceiling,
         defaults=defaults,
@@ -160,7 +161,7 @@ class _TrialObjective:
     metrics: list[str]
     folder: Path
     settings: dict[str, Any]
-    run_info: dict[str, Any]
+    record: RunRecord
     max_lm_calls: int | None = None
     cost_ceiling: float | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -202,17 +203,17 @@ class _TrialObjective:
         folder = self.folder / f"{trial.number:04d}"
         remove_scratch(folder, missing_ok=True)  # left by a deleted study of the same name: no trial number reruns
         create_scratch(folder)
-        run_info = {**self.run_info, "params": program.config, "trial": trial.number}
+        record = replace(self.record, params=program.config, trial=trial.number)
         with dspy.context(**{**self.settings, **ledger.settings(self.settings["callbacks"])}):
             for end in self.ends:
                 result = evaluate(program, self.devset[:end], out_dir=folder, threads=self.threads,
-                                  metrics=self.metrics, run_info=run_info, progress=False,
+                                  metrics=self.metrics, run_info=record, progress=False,
                                   max_lm_calls=self.max_lm_calls, max_errors=None)
                 ledger.summary = result.summary
                 if result.summary["n_failed"] == result.summary["n"]:
                     if set(result.summary["failures"]) == {LMCallBudgetSpent.__name__}:
                         raise optuna.TrialPruned(f"every question reached its cap on LM calls after {end} examples")
-                    error = next(row["error"] for row in reversed(result.rows) if "error" in row)
+                    error = next(row.error for row in reversed(result.rows) if row.failed)
                     raise AragError(f"trial {trial.number}: every question failed (rows in {folder}); "
                                     f"the last error: {error.splitlines()[0]}")
                 self._check_cost(trial, result.summary, end)

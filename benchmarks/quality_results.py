@@ -1,0 +1,123 @@
+"""The quality table's results: each cell's questions as the repository keeps them (benchmarks/results/quality/...),
+compact rows of its run folder's rows, read and written only here.
+
+A kept row is a run's row (`arag.runs.Row`) without its question, gold answers and trace text: the answer, scores,
+costs, the count of each step kind and the commit that answered it. A cell's file is written whole, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import dspy
+from pydantic import ConfigDict, TypeAdapter
+
+from arag.data._io import atomic_writer
+from arag.errors import DataError
+from arag.runs import COUNTS, PREDICTIONS, Row, Run, RunRecord, last_rows, summarize
+from arag.runs.records import Number, Text, Whole, read_declared
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeptRow:
+    """One question of a cell as its results keep it (a failed question: its error's kind and step, not its
+    message, which stays in the run folder)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
+
+    id: Text
+    prediction: Any = None
+    metrics: dict[str, Number]
+    lm_calls: Whole | None = None
+    prompt_tokens: Whole | None = None
+    reused_prompt_tokens: Whole | None = None
+    completion_tokens: Whole | None = None
+    retrieval_calls: Whole | None = None
+    distinct_passages: Whole | None = None
+    seconds: Number | None = None
+    error_kind: Text | None = None
+    error_step: Text | None = None
+    steps: dict[str, Whole]  # how many steps of each kind the trace holds
+    commit: Text
+
+    @property
+    def failed(self) -> bool:
+        return self.error_kind is not None
+
+    @classmethod
+    def of(cls, row: Row, commit: str) -> KeptRow:
+        """What the results keep of a run folder's row, answered at `commit`."""
+        return cls(id=row.id, prediction=row.prediction, metrics=row.metrics,
+                   **{name: row.count(name) for name in COUNTS}, seconds=row.seconds,
+                   error_kind=row.error_kind if row.failed else None, error_step=row.error_step if row.failed else None,
+                   steps=dict(Counter(step.kind for step in row.trace)), commit=commit)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> KeptRow:
+        if not isinstance(data, dict):
+            raise DataError(f"{where}: not a kept row of the quality table (a JSON object)")
+        return read_declared(_KEPT, data, where, "a kept row of the quality table")
+
+    def to_json(self) -> dict[str, Any]:
+        """The line the results hold: the row's keys in the order its run folder's row has them."""
+        kept: dict[str, Any] = {"id": self.id, "prediction": self.prediction, "metrics": self.metrics}
+        kept.update({name: value for name in COUNTS if (value := getattr(self, name)) is not None})
+        if self.seconds is not None:
+            kept["seconds"] = self.seconds
+        if self.failed:
+            kept.update(error_kind=self.error_kind, error_step=self.error_step)
+        return {**kept, "steps": self.steps, "commit": self.commit}
+
+    def as_row(self, example: dspy.Example) -> Row:
+        """The kept row as readers of runs (`arag table`, `arag report`) take it: the question and gold answers read
+        back from the dataset, no trace, and a failure's error given as its kind."""
+        return Row(id=self.id, question=example.question, answers=list(example.answers), metrics=self.metrics,
+                   trace=[], prediction=self.prediction, seconds=self.seconds,
+                   **{name: getattr(self, name) for name in COUNTS}, error=self.error_kind,
+                   error_kind=self.error_kind, error_step=self.error_step)
+
+
+_KEPT = TypeAdapter(KeptRow)
+
+
+def read_results(path: Path) -> dict[str, KeptRow]:
+    """A cell's kept rows by id (written whole, atomically: no half line to guard against)."""
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = [KeptRow.from_json(json.loads(line), f"{path}:{lineno}") for lineno, line in enumerate(lines, 1) if line]
+    return {row.id: row for row in rows}
+
+
+def cell_rows(results: Path, dataset: str, cell: str, examples: list[dspy.Example]) -> list[Row]:
+    """The rows of a cell's results for those of `examples` it has answered, in their order, as readers of runs
+    take them."""
+    kept = read_results(results / dataset / f"{cell}.jsonl")
+    return [kept[e.id].as_row(e) for e in examples if e.id in kept]
+
+
+def sync(run_dir: Path, results: Path, commit: str) -> dict[str, KeptRow]:
+    """The cell's results, with every question the run folder finished since added (the run folder's newer row
+    wins: a failure retried); written atomically."""
+    kept = read_results(results)
+    run_rows = last_rows(run_dir) if (run_dir / PREDICTIONS).exists() else []
+    changed = False
+    for row in run_rows:
+        earlier = kept.get(row.id)
+        if earlier is None or earlier.seconds != row.seconds:
+            kept[row.id] = KeptRow.of(row, earlier.commit if earlier else commit)
+            changed = True
+    if changed:
+        with atomic_writer(results) as handle:
+            for row in kept.values():
+                handle.write(json.dumps(row.to_json(), ensure_ascii=False) + "\n")
+    return kept
+
+
+def results_run(path: Path, name: str, rows: list[Row], n_total: int, record: RunRecord) -> Run:
+    """A cell's kept rows as a run for `arag report` (no trace: the traces stay in the run folders)."""
+    return Run(path, name, record, rows, summarize(rows, n_total=n_total, wall_time=0.0, record=record))
