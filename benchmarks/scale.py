@@ -199,9 +199,7 @@ def serve_child(engine: Engine, index_dir: Path, queries_file: Path, ids_file: P
 
 def minilm_child(corpus: Path, sample: int) -> dict:
     """The encoding rate (passages/s) of the dense index's default encoder (MiniLM, its batch size and length
-    limit) on `sample` synthetic passages."""
-    import torch
-
+    limit, on its default backend) on `sample` synthetic passages."""
     from arag.data.corpus import iter_corpus
     from arag.retrievers.dense import SentenceEncoder
 
@@ -221,7 +219,16 @@ def minilm_child(corpus: Path, sample: int) -> dict:
     seconds = time.perf_counter() - started
     return {"passages": len(texts), "seconds": seconds, "passages_per_s": len(texts) / seconds,
             "model": encoder.name, "max_seq_length": encoder.max_seq_length, "batch_size": encoder.batch_size,
-            "threads": torch.get_num_threads()}
+            "backend": encoder.backend, "threads": encoder_threads(encoder.backend)}
+
+
+def encoder_threads(backend: str) -> int:
+    """The threads the encoder computes on: torch's intra-op setting, or ONNX Runtime's default of one a core."""
+    if backend == "torch":
+        import torch
+
+        return torch.get_num_threads()
+    return os.cpu_count() or 1
 
 
 def child_main(step: str, arguments: dict) -> dict:

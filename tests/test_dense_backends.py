@@ -76,7 +76,9 @@ def test_the_onnx_backend_gives_the_torch_vectors(max_seq_length, onnx_encoder, 
 @needs_both
 def test_an_index_built_on_torch_opens_and_ranks_the_same_on_onnx(tmp_path, torch_encoder, monkeypatch):
     passages = [Passage(f"p{i}", text.split(" | ")[0], text) for i, text in enumerate(TEXTS) if text.strip()]
-    assert probe_cosine(encoder_probe(torch_encoder), encoder_probe(SentenceEncoder(backend="onnx")), "") >= 0.9999
+    # The recorded probes (float16) are as close as a probe is to itself: rounding alone keeps them below 1.
+    torch_probe, onnx_probe = encoder_probe(torch_encoder), encoder_probe(SentenceEncoder(backend="onnx"))
+    assert probe_cosine(torch_probe, onnx_probe, "") >= probe_cosine(torch_probe, torch_probe, "") - 1e-6
     built = DenseRetriever.write_index(passages, tmp_path / "index", encoder=torch_encoder)
     monkeypatch.setenv("ARAG_DENSE_BACKEND", "onnx")
     on_onnx = DenseRetriever.load(built)
