@@ -6,6 +6,8 @@
     program = arag.build_program("single-rag", retriever, k=5)
     print(program(question="Who wrote Hamlet?").answer)
     result = arag.evaluate(program, arag.load_examples("dev.jsonl"), out_dir="runs/dev", threads=8)
+    spec = arag.RunSpec(program="flare", params={"theta": 0.6}, lm="openai/gpt-4o-mini", corpus="corpus.jsonl")
+    spec.evaluate(arag.load_examples("dev.jsonl"), out_dir="runs/flare", dataset="dev.jsonl")  # validated once
     compiled = arag.compile(program, arag.load_examples("train.jsonl"), teleprompter="bootstrap")
     arag.save(compiled, "single-rag.json"); program = arag.load("single-rag.json", retriever)
     space = arag.SearchSpace(ranges={"k": (1, 12)}, fixed={"reasoning": "direct"})
@@ -25,6 +27,7 @@ from arag.passages import Passage
 from arag.programs import PROGRAMS, RAGProgram, build_program, get_program
 from arag.report import report
 from arag.retrievers import open_retriever
+from arag.setup import LMSetup, RunSpec
 
 save = save_program
 load = load_program
@@ -36,9 +39,11 @@ __all__ = [
     "DataError",
     "FolderInUse",
     "LMError",
+    "LMSetup",
     "Passage",
     "RAGProgram",
     "RetrieverError",
+    "RunSpec",
     "SearchSpace",
     "TuningConfig",
     "build_lm",

@@ -11,9 +11,10 @@ import ujson
 
 from arag.cli_logging import configure_logging
 from arag.cli_optimize import compile_command, train_router_command, tune_command
-from arag.cli_options import LMSetup, given_params, lm_options, retriever_options, retriever_paths
+from arag.cli_options import given_params, lm_options, retriever_options, retriever_paths
 from arag.errors import AragError, ConfigError
 from arag.evaluate import MAX_ERRORS
+from arag.setup import LMSetup
 
 
 class _Group(click.Group):
@@ -140,58 +141,27 @@ def eval_command(program_name: str | None, compiled: str | None, dataset: str, f
                  preset: str | None, fair_k_from: str | None, metrics: tuple[str, ...], limit: int | None,
                  threads: int, max_errors: int, max_lm_calls: int | None, out_dir: str) -> None:
     """Run a program over a dataset; write predictions.jsonl and summary.json to --out."""
-    import dspy
-
     from arag.data import load_examples
     from arag.data._io import check_apart, check_output_folder
     from arag.data.metrics import get_metric
-    from arag.evaluate import evaluate, fair_top_k
-    from arag.optimizers.saving import load_program, read_compiled
-    from arag.programs import build_program, get_program
-    from arag.programs.frame.params import resolve_params
-    from arag.retrievers import open_retriever
+    from arag.evaluate import fair_top_k
     from arag.runs import RUN_FILES, check_run_folder
-    from arag.trust import check_file_settings
+    from arag.setup import RunSpec
 
     check_apart(out_dir, {"--dataset": dataset, "--corpus": corpus, "--retriever": retriever_paths(retriever_spec),
                           "--compiled": compiled, "--params-file": params_file, "--fair-k-from": fair_k_from},
                 writes=RUN_FILES)
     check_run_folder(check_output_folder(out_dir))
-    saved = read_compiled(compiled) if compiled else None
-    if saved and program_name and program_name != saved.program:
-        raise ConfigError(f"{compiled} holds a compiled {saved.program!r} program, not {program_name!r}")
-    program_name = program_name or (saved.program if saved else None)
-    if not program_name:
-        raise ConfigError("give --program NAME (see `arag programs`) or --compiled FILE")
-    cls = get_program(program_name)
-    given = cls.with_preset(preset, given_params(params_file, param_pairs))
+    params = given_params(params_file, param_pairs)
     if fair_k_from:
-        given["k"] = fair_top_k(fair_k_from)
-    if saved:
-        check_file_settings(compiled, saved.params, caller_sets=given)
-    params = resolve_params(cls.params, {**(saved.params if saved else {}), **given}, program_name)
+        params["k"] = fair_top_k(fair_k_from)
+    spec = RunSpec(program=program_name, params=params, preset=preset, compiled=compiled, lm=lm_setup,
+                   corpus=corpus, retriever=retriever_spec)
     for name in metrics:
         get_metric(name)
-    lm = lm_setup.build()
     examples = load_examples(dataset, fmt=fmt, limit=limit)
-    retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
-    if saved:
-        program = load_program(compiled, retriever, params=params)
-    else:
-        program = build_program(program_name, retriever, **params)
-    run_info = {
-        "compiled": str(Path(compiled).resolve()) if compiled else None,
-        "program": program_name,
-        "params": program.config,
-        "dataset": str(Path(dataset).resolve()),
-        "retriever": retriever_spec or (str(Path(corpus).resolve()) if corpus else None),
-        "lm": lm_setup.spec,
-        "schema": lm_setup.schema,
-    }
-    lm_setup.check_server()
-    with dspy.context(lm=lm):
-        result = evaluate(program, examples, out_dir=out_dir, threads=threads, metrics=metrics or None,
-                          run_info=run_info, max_errors=max_errors or None, max_lm_calls=max_lm_calls)
+    result = spec.evaluate(examples, dataset=str(Path(dataset).resolve()), out_dir=out_dir, threads=threads,
+                           metrics=metrics or None, max_errors=max_errors or None, max_lm_calls=max_lm_calls)
     summary = result.summary
     click.echo(ujson.dumps({k: summary[k] for k in ("program", "n", "n_failed", "metrics", "per_question")}, indent=2))
     click.echo(f"wrote {Path(out_dir) / 'predictions.jsonl'} and {Path(out_dir) / 'summary.json'}")

@@ -9,7 +9,6 @@ import click
 import ujson
 
 from arag.cli_options import (
-    LMSetup,
     given_params,
     lm_options,
     option_assignments,
@@ -18,6 +17,7 @@ from arag.cli_options import (
     searched_space,
 )
 from arag.errors import ConfigError
+from arag.setup import LMSetup
 
 
 @click.command("compile")
@@ -66,15 +66,13 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     from arag.lm import build_lm
     from arag.optimizers.compile import compile, parse_option_value
     from arag.optimizers.saving import save_program
-    from arag.programs import build_program, get_program
-    from arag.programs.frame.params import resolve_params
-    from arag.retrievers import open_retriever
+    from arag.setup import RunSpec
 
     check_apart(check_output_file(out_path),
                 {"--trainset": trainset, "--devset": devset, "--corpus": corpus,
                  "--retriever": retriever_paths(retriever_spec), "--params-file": params_file})
-    cls = get_program(program_name)
-    params = resolve_params(cls.params, given_params(params_file, param_pairs), program_name)
+    spec = RunSpec(program=program_name, params=given_params(params_file, param_pairs), lm=lm_setup, corpus=corpus,
+                   retriever=retriever_spec)
     if metric:
         get_metric(metric)
     options = {key: parse_option_value(value) for key, value in option_assignments(option_pairs, "--option").items()}
@@ -82,15 +80,12 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     if clash:
         raise ConfigError(f"--option {', '.join(clash)}: use the command's own option (--metric, --devset, "
                           "--prompt-lm, --success-threshold, --threads, --seed, --keep-written-demos)")
-    lm = lm_setup.build()
     prompt_lm = build_lm(prompt_lm_spec, api_base=prompt_api_base or lm_setup.api_base,
                          api_key_env=lm_setup.api_key_env, temperature=1.0) if prompt_lm_spec else None
     train = load_examples(trainset, fmt=fmt, limit=limit)
     metric = metric or default_metrics(train[0])[0]
     dev = load_examples(devset, fmt=fmt, limit=limit) if devset else None
-    retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
-    program = build_program(program_name, retriever, **params)
-    lm_setup.check_server()
+    lm, program = spec.build()
     with dspy.context(lm=lm):
         compiled = compile(program, train, dev, teleprompter=teleprompter, metric=metric, prompt_lm=prompt_lm,
                            success_threshold=success_threshold, threads=threads, seed=seed,
@@ -161,23 +156,19 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
 
     from arag.data import load_examples
     from arag.data._io import check_apart, check_output_folder
-    from arag.optimizers.saving import read_compiled
     from arag.optimizers.tuning import TuningConfig, defaults_unbeaten, search_space, tune
     from arag.optimizers.tuning.report import WRITTEN
-    from arag.programs import get_program
-    from arag.retrievers import open_retriever
+    from arag.setup import RunSpec
 
     inputs = {"--devset": devset, "--corpus": corpus, "--retriever": retriever_paths(retriever_spec),
               "--compiled": compiled, "--params-file": params_file}
     check_apart(check_output_folder(out_dir), inputs, writes=WRITTEN)
     if storage and storage.startswith("sqlite:///"):
         check_apart(storage.removeprefix("sqlite:///"), inputs, option="--storage")
-    if not program_name:
-        if not compiled:
-            raise ConfigError("give --program NAME (or --compiled FILE)")
-        program_name = read_compiled(compiled).program
-    cls = get_program(program_name)
-    space = searched_space(search_names, range_pairs, given_params(params_file, param_pairs))
+    fixed = given_params(params_file, param_pairs)
+    spec = RunSpec(program=program_name, params=fixed, compiled=compiled, lm=lm_setup, corpus=corpus,
+                   retriever=retriever_spec)
+    space = searched_space(search_names, range_pairs, fixed)
     if 0 < cost_ceiling <= 1:
         raise ConfigError(f"--cost-ceiling must be above 1 (a multiple of the defaults' LM calls) or 0, "
                           f"got {cost_ceiling}")
@@ -186,13 +177,12 @@ def tune_command(program_name: str | None, devset: str, fmt: str, trials: int, o
         storage=storage, study_name=study_name, seed=seed, pruner=pruner, chunk_size=chunk_size, n_jobs=n_jobs,
         threads=threads, max_lm_calls=max_lm_calls, max_study_lm_calls=max_study_lm_calls,
         cost_ceiling=cost_ceiling or None, plots=not no_plots)
-    search_space(program_name, space)
-    lm = lm_setup.build()
+    search_space(spec.program_name, space)
     examples = load_examples(devset, fmt=fmt, limit=limit)
-    retriever = open_retriever(retriever_spec, corpus=corpus) if cls.needs_retriever else None
-    lm_setup.check_server()
+    retriever, lm = spec.build_retriever(), spec.build_lm()
+    spec.check_server()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    result = tune(program_name, examples, retriever, config, lm=lm)
+    result = tune(spec.program_name, examples, retriever, config, lm=lm)
     cost = {k: v for k, v in result.cost.items() if k != "per_trial"}
     shown = {"study": result.study.study_name, "storage": result.storage, "this_worker_ran": len(result.ran),
              "cost": cost}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import click
 import ujson
 
 from arag.errors import ConfigError
+from arag.setup import LMSetup
 
 # --lm-arg settings whose type arag knows, with their least value: a wrong one fails before any work, not at
 # every question. Other settings go to the LM unchecked.
@@ -22,49 +22,6 @@ LM_SETTING_TYPES: dict[str, tuple[type, float | None]] = {
     "n": (int, 1), "seed": (int, None), "num_retries": (int, 0), "top_k": (int, 0), "context_length": (int, 1),
     "threads": (int, 1),
 }
-
-
-@dataclass(frozen=True)
-class LMSetup:
-    """The LM the options describe: --lm, --api-base, --api-key-env, --logprobs, --lm-arg, --no-schema,
-    --lm-concurrency."""
-
-    spec: str | None
-    api_base: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    logprobs: bool = False
-    args: tuple[str, ...] = ()
-    schema: bool = True
-    concurrency: int | None = None
-
-    def build(self):
-        """The dspy.LM, with arag's text adapter configured when --no-schema is given; a clear error when no
-        LM is given. Its server is checked later, by `check_server`, once the local inputs have been read."""
-        import dspy
-
-        from arag.adapters import TextAdapter
-        from arag.concurrency import set_lm_concurrency
-        from arag.lm import build_lm
-
-        if not self.spec:
-            raise ConfigError("no LM configured: pass --lm local (a small model run on this machine), or --lm "
-                              "provider/model (with --api-base URL for a local OpenAI-compatible server such as "
-                              "vLLM or Ollama), or set ARAG_LM")
-        extra = lm_settings(self.args)
-        lm = build_lm(self.spec, api_base=self.api_base, api_key_env=self.api_key_env, logprobs=self.logprobs,
-                      top_logprobs=5 if self.logprobs else None, **extra)
-        if not self.schema:
-            dspy.configure(adapter=TextAdapter())
-        if self.concurrency is not None:
-            set_lm_concurrency(self.concurrency)
-        return lm
-
-    def check_server(self) -> None:
-        """Fail fast, before any work, when nothing listens at --api-base."""
-        from arag.lm import check_server
-
-        if self.api_base:
-            check_server(self.api_base)
 
 
 def lm_settings(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -105,7 +62,7 @@ def lm_options(fn):
 
     @functools.wraps(fn)
     def command(*args, lm_spec, api_base, api_key_env, logprobs, lm_args, no_schema, lm_concurrency, **kwargs):
-        setup = LMSetup(lm_spec, api_base, api_key_env, logprobs, lm_args, not no_schema, lm_concurrency)
+        setup = LMSetup(lm_spec, api_base, api_key_env, logprobs, lm_settings(lm_args), not no_schema, lm_concurrency)
         return fn(*args, lm_setup=setup, **kwargs)
 
     command = click.option("--lm-concurrency", type=click.IntRange(min=1),

@@ -57,9 +57,9 @@ def evaluate(
     `out_dir/predictions.jsonl` as they finish and `out_dir/summary.json` at the end; examples
     already answered there are skipped; failed ones are run again, with a fresh LM rollout so that
     DSPy's cache does not replay the failure. `run_info`, the run's record (a RunRecord or its JSON: program name,
-    parameters, ...; default: `describe_run`'s account of the program, the configured LM and the examples), is
-    stored in `out_dir/run.json` and in the summary; a folder holding a run of other settings is refused, never
-    resumed.
+    parameters, ...; default: `describe_run`'s account of the program, the configured LM and the examples; a
+    `RunSpec` makes it for the runs it sets up), is stored in `out_dir/run.json` and in the summary; a folder holding
+    a run of other settings is refused, never resumed.
 
     An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
     its error's kind, message and step, its partial trace and what it spent; the run goes on. A user

@@ -64,10 +64,10 @@ def main() -> int:
               f"{'tok in':>8}{'tok out':>8}{'s/q':>7}")
     print(f"{args.n} HotpotQA questions, {args.model} on {os.cpu_count()} CPU cores\n{header}")
     for name in names:
-        program = arag.build_program(name, retriever)
-        with isolated_cache(), dspy.context(lm=lm):
-            result = arag.evaluate(program, examples, out_dir=args.out / name, progress=False, max_errors=None,
-                                   run_info={"program": name, "lm": f"local:{args.model}", "n": args.n})
+        spec = arag.RunSpec(program=name, lm=lm, retriever=retriever)
+        with isolated_cache():
+            result = spec.evaluate(examples, dataset=str(args.dataset / "public.jsonl"), out_dir=args.out / name,
+                                   progress=False, max_errors=None)
         summary, per = result.summary, result.summary["per_question"]
         why = ", ".join(f"{kind} {count}" for kind, count in sorted(summary["failures"].items())) or "-"
         metrics = summary["metrics"]

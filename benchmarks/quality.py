@@ -62,9 +62,8 @@ from quality_results import KeptRow, cell_rows, read_results, results_run, sync 
 
 import arag  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
-from arag.optimizers.saving import load_program, read_compiled  # noqa: E402
+from arag.optimizers.saving import read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
-from arag.programs.frame.params import resolve_params  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
 from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
@@ -123,10 +122,9 @@ class Cell:
     params: dict = field(default_factory=dict)
     compiled: Path | None = None
 
-    def build(self, retriever) -> arag.RAGProgram:
-        if self.compiled:
-            return load_program(self.compiled, retriever)
-        return arag.build_program(self.program, retriever, **self.params)
+    def spec(self, lm: dspy.BaseLM | None = None, corpus: Path | None = None) -> arag.RunSpec:
+        """The cell's run specification (validated when made), with the model and the dataset's corpus."""
+        return arag.RunSpec(program=self.program, params=self.params, compiled=self.compiled, lm=lm, corpus=corpus)
 
 
 def compiled_cell(path: Path) -> Cell:
@@ -147,8 +145,7 @@ def tuned_cell(path: Path) -> Cell:
     if not (isinstance(data, dict) and isinstance(data.get("program"), str) and isinstance(data.get("params"), dict)):
         raise SystemExit(f"--tuned {path}: not a tuning run's parameter file (no 'program' and 'params')")
     program = data["program"]
-    declared = arag.get_program(program).params
-    if resolve_params(declared, data["params"], program) == resolve_params(declared, {}, program):
+    if arag.RunSpec(program=program, params=data["params"]).config == arag.RunSpec(program=program).config:
         raise SystemExit(f"--tuned {path}: the tuned parameters are {program}'s defaults, so its row would repeat "
                          f"{program}'s: not run")
     return Cell(f"{program}-tuned", program, data["params"])
@@ -167,12 +164,9 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
         print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ANSWERED_AT).write_text(commit + "\n")
-        program = cell.build(arag.open_retriever(corpus=str(corpus)))
-        run_info = {"program": program.name, "compiled": str(cell.compiled) if cell.compiled else None,
-                    "params": program.config, "dataset": dataset, "lm": lm.model}
-        with isolated_cache(), dspy.context(lm=lm):
-            arag.evaluate(program, todo, out_dir=run_dir, metrics=list(METRICS), run_info=run_info,
-                          progress=sys.stderr.isatty(), max_errors=None)
+        with isolated_cache():
+            cell.spec(lm, corpus).evaluate(todo, dataset=dataset, out_dir=run_dir, metrics=list(METRICS),
+                                           progress=sys.stderr.isatty(), max_errors=None)
         kept = sync(run_dir, cell_results, commit)
     return kept
 
@@ -361,7 +355,7 @@ def main() -> int:
     cells += [compiled_cell(path) for path in args.compiled]
     cells += [tuned_cell(path) for path in args.tuned]
     for cell in cells:  # a bad value stops here, before the model loads
-        resolve_params(arag.get_program(cell.program).params, cell.params, cell.name)
+        cell.spec()
     shown = cells + held_variants(results, programs, names, {cell.name for cell in cells})
     cell_names = [cell.name for cell in shown]
     if args.sync:

@@ -93,11 +93,10 @@ def main() -> int:
                     print(f"| {name} | {cost} | {label} | {shown} | {tuning_f1:.3f} | — | — | — |", flush=True)
                 continue
             for label, (params, tuning_f1) in rows.items():
-                program = arag.build_program(name, retriever, **params)
-                result = arag.evaluate(program, held_out, out_dir=out / f"held-out-{label}", progress=False,
-                                       max_errors=None, run_info={"program": name, "params": program.config})
+                spec = arag.RunSpec(program=name, params=params, lm=lm, retriever=retriever)
+                result = spec.evaluate(held_out, out_dir=out / f"held-out-{label}", progress=False, max_errors=None)
                 summary = result.summary
-                shown = ", ".join(f"{key}={_short(program.config[key])}" for key in searched)
+                shown = ", ".join(f"{key}={_short(spec.config[key])}" for key in searched)
                 print(f"| {name} | {cost} | {label} | {shown} | {tuning_f1:.3f} | {summary['metrics']['em']:.3f} "
                       f"| {summary['metrics']['f1']:.3f} | {summary['per_question']['lm_calls']:.1f} |", flush=True)
     return 0

@@ -178,6 +178,13 @@ def load_program(
     if program is not None and program != compiled.program:
         raise ConfigError(f"{path} holds a compiled {compiled.program!r} program, not {program!r}")
     check_file_settings(str(path), compiled.params, caller_sets=params or {})
+    return restore_program(compiled, path, retriever, params)
+
+
+def restore_program(compiled: CompiledProgram, path: str | Path, retriever: Retriever | None = None,
+                    params: Mapping[str, Any] | None = None) -> RAGProgram:
+    """The program a compiled file read from `path` holds, with `params` over its saved parameters (already
+    checked against what a file may choose: `load_program`, `arag.RunSpec`)."""
     try:
         cls = get_program(compiled.program)
         built = build_program(compiled.program, retriever if cls.needs_retriever else None,

@@ -39,8 +39,7 @@ class RAGProgram(dspy.Module):
         if self.needs_retriever and retriever is None:
             raise ConfigError(f"program {self.name!r} needs a retriever: pass --corpus PATH or --retriever SPEC")
         self.retriever = None if retriever is None else as_retriever(retriever)
-        self.config = resolve_params(self.params, self.with_preset(preset, params), self.name)
-        self.check_params(self.config)
+        self.config = self.resolve_config(params, preset)
         for key, value in self.config.items():
             setattr(self, key, value)
 
@@ -54,8 +53,18 @@ class RAGProgram(dspy.Module):
             raise ConfigError(f"{cls.name}: no preset {preset!r} (presets: {known})")
         return {**cls.presets[preset], **params}
 
+    @classmethod
+    def resolve_config(cls, params: Mapping[str, Any], preset: str | None = None) -> dict[str, Any]:
+        """The parameters a program of this class runs with: `params` over the named preset's values over the
+        defaults, each validated, then checked together (`check_params`); a ConfigError names the first bad one.
+        Programs and run specifications (`arag.RunSpec`) are validated here, before anything is built."""
+        config = resolve_params(cls.params, cls.with_preset(preset, params), cls.name)
+        cls.__new__(cls).check_params(config)  # on an instance not built yet: nothing is built before validation
+        return config
+
     def check_params(self, config: dict[str, Any]) -> None:
-        """Cross-parameter checks (e.g. lower <= upper); raise ConfigError."""
+        """Cross-parameter checks (e.g. lower <= upper); raise ConfigError. Called before the program is built, on
+        an instance whose `__init__` has not run: read only `config` and the class's declarations (`self.name`)."""
 
     def forward(self, question: str) -> dspy.Prediction:
         """Run the program on one question under arag's adapter (unless one is configured).
