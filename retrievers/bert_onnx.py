@@ -37,6 +37,12 @@ def load_runtime():
     return onnx, onnxruntime
 
 
+def check_max_seq_length(max_seq_length: int, limit: int) -> None:
+    """A ConfigError when `max_seq_length` is above the model's limit (any backend's)."""
+    if max_seq_length > limit:
+        raise ConfigError(f"max_seq_length {max_seq_length} is above the model's limit of {limit}")
+
+
 class OnnxSentenceModel:
     """`encode(texts, batch_size) -> (n, dim) float32` (pooled, not normalised) for the model in `folder`."""
 
@@ -44,8 +50,6 @@ class OnnxSentenceModel:
         onnx, onnxruntime = load_runtime()
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
-
-        from arag.retrievers.encoders import check_max_seq_length
 
         config = read_json(folder / "config.json")
         self.pooling = pooling_mode(folder)

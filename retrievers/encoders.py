@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from arag.errors import ConfigError, RetrieverError
+from arag.retrievers.bert_onnx import check_max_seq_length
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """The bundled model (see BUNDLED_FOLDERS); any other value is a sentence-transformers model folder."""
@@ -147,11 +148,6 @@ class SentenceEncoder:
         if self.backend == ONNX:
             return self.model.encode(texts, self.batch_size)
         return self.model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True, show_progress_bar=False)
-
-
-def check_max_seq_length(max_seq_length: int, limit: int) -> None:
-    if max_seq_length > limit:
-        raise ConfigError(f"max_seq_length {max_seq_length} is above the model's limit of {limit}")
 
 
 def embedder_settings(encoder) -> dict:
