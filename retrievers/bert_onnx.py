@@ -23,7 +23,7 @@ TORCH_HINT = "use the torch backend (pip install 'dspy-arag[dense-torch]'; ARAG_
 OPSET = 20
 """ONNX opset 20: the first with a Gelu operator (exact, erf-based, as BERT's `gelu`)."""
 PLAIN_MODULES = {"Transformer", "Pooling", "Normalize"}
-"""sentence-transformers modules this runs; Normalize is implied (every dense vector is normalised by arag)."""
+"""The sentence-transformers modules this runs."""
 
 
 def load_runtime():
@@ -44,7 +44,8 @@ def check_max_seq_length(max_seq_length: int, limit: int) -> None:
 
 
 class OnnxSentenceModel:
-    """`encode(texts, batch_size) -> (n, dim) float32` (pooled, not normalised) for the model in `folder`."""
+    """`encode(texts, batch_size) -> (n, dim) float32` for the model in `folder`: pooled, then normalised when its
+    modules end with Normalize (as all-MiniLM-L6-v2's do)."""
 
     def __init__(self, folder: Path, max_seq_length: int | None = None):
         onnx, onnxruntime = load_runtime()
@@ -52,7 +53,9 @@ class OnnxSentenceModel:
         from tokenizers import Tokenizer
 
         config = read_json(folder / "config.json")
-        self.pooling = pooling_mode(folder)
+        modules = read_modules(folder)
+        self.pooling = pooling_mode(folder, modules)
+        self.normalize = any(m.get("type", "").endswith(".Normalize") for m in modules)
         limit = model_max_length(folder, config)
         if max_seq_length is not None:
             check_max_seq_length(max_seq_length, limit)
@@ -66,8 +69,9 @@ class OnnxSentenceModel:
         if not weights_file.is_file():
             raise ConfigError(f"{folder} has no model.safetensors: the onnx backend reads no other weights; "
                               f"{TORCH_HINT}")
-        graph = bert_graph(onnx, bert_weights(load_file(str(weights_file)), folder), bert_shape(config, folder),
-                           self.pooling)
+        shape = bert_shape(config, folder)
+        self.dim = shape["hidden"]
+        graph = bert_graph(onnx, bert_weights(load_file(str(weights_file)), folder), shape, self.pooling)
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3  # errors only: no notices on the command line
         self.session = onnxruntime.InferenceSession(graph.SerializeToString(), options,
@@ -77,7 +81,7 @@ class OnnxSentenceModel:
         """Batches of `batch_size` texts of similar token counts (the longest first), each padded to its longest."""
         encodings = self.tokenizer.encode_batch(list(texts))
         order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-        vectors = None
+        vectors = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             rows = order[start:start + batch_size]
             width = max(len(encodings[i].ids) for i in rows)
@@ -86,11 +90,11 @@ class OnnxSentenceModel:
             for row, i in enumerate(rows):
                 ids[row, :len(encodings[i].ids)] = encodings[i].ids
                 mask[row, :len(encodings[i].ids)] = 1
-            pooled = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-            if vectors is None:
-                vectors = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
-            vectors[rows] = pooled
-        return vectors if vectors is not None else np.zeros((0, 0), dtype=np.float32)
+            vectors[rows] = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        if self.normalize:
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors /= np.where(norms > 0, norms, 1)
+        return vectors
 
 
 def read_json(path: Path) -> dict:
@@ -100,13 +104,19 @@ def read_json(path: Path) -> dict:
         raise ConfigError(f"cannot read {path}: {exc}") from None
 
 
-def pooling_mode(folder: Path) -> str:
-    """`mean` or `cls`, from modules.json and the Pooling module's config (mean when the folder names none, as
-    sentence-transformers does)."""
+def read_modules(folder: Path) -> list[dict]:
+    """The folder's sentence-transformers modules (none listed: a plain model, pooled by mean); a ConfigError for
+    one this does not run."""
     modules = read_json(folder / "modules.json") if (folder / "modules.json").is_file() else []
     others = [m.get("type", "?") for m in modules if m.get("type", "?").rsplit(".", 1)[-1] not in PLAIN_MODULES]
     if others:
         raise ConfigError(f"{folder} has modules the onnx backend does not run ({', '.join(others)}): {TORCH_HINT}")
+    return modules
+
+
+def pooling_mode(folder: Path, modules: list[dict]) -> str:
+    """`mean` or `cls`, from the Pooling module's config (mean when the folder has none, as sentence-transformers
+    does)."""
     pooling = next((m for m in modules if m.get("type", "").endswith(".Pooling")), None)
     config_file = folder / pooling.get("path", "") / "config.json" if pooling else None
     if config_file is None or not config_file.is_file():
