@@ -72,7 +72,8 @@ def install_size(extra: str, work: Path, isolated: bool) -> tuple[int, float, li
     seconds = time.perf_counter() - started
     listed = subprocess.run([str(venv / "bin" / "pip"), "list", "--format=freeze", "--disable-pip-version-check"],
                             check=True, capture_output=True, text=True).stdout.split()
-    heavy = [line for line in listed if line.lower().startswith(("torch==", "nvidia-"))]
+    heavy = sorted((line for line in listed if line.lower().startswith(("torch==", "nvidia-"))),
+                   key=lambda line: (not line.lower().startswith("torch=="), line))  # torch first
     return directory_size(venv), seconds, heavy
 
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> None:
                 sizes[extra] = size
                 label = f"dspy-arag[{extra}]" if extra else "dspy-arag"
                 print(f"| {label} | {size / 2**30:.2f} GiB | {took:.0f} s | "
-                      f"{', '.join(sorted(heavy)[:2]) + (f' +{len(heavy) - 2}' if len(heavy) > 2 else '') or '—'} |")
+                      f"{', '.join(heavy[:2]) + (f' +{len(heavy) - 2}' if len(heavy) > 2 else '') or '—'} |")
         print(f"ratio dense / dense-torch install size: {sizes['dense'] / sizes['dense-torch']:.3f} "
               f"({sizes['dense'] / 2**30:.2f} / {sizes['dense-torch'] / 2**30:.2f} GiB)")
 
