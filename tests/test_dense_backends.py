@@ -6,6 +6,7 @@ import importlib.metadata
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -225,3 +226,13 @@ def test_the_dense_extra_installs_no_torch_and_dense_torch_does():
     if missing:
         pytest.skip(f"not installed here, so their requirements are unknown: {sorted(missing)}")
     assert "torch" in extra_closure("dense-torch")[0]  # the walk does find torch where it is
+
+
+@needs_both
+def test_the_backends_benchmark_runs_and_finds_the_same_top_10(shared_dataset):
+    benchmark = Path(__file__).resolve().parents[1] / "benchmarks" / "dense_backends.py"
+    done = subprocess.run([sys.executable, str(benchmark), "--quick", "--dataset", str(shared_dataset("hotpotqa"))],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ratio onnx / torch encoding speed:" in done.stdout
+    assert "ratio top-10 overlap onnx-torch: 1.000" in done.stdout
