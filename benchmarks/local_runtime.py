@@ -49,6 +49,7 @@ def measure(model: str, threads: int, repeats: int, settings: dict) -> dict:
 
     with _model_params(use_extra_bufts=settings["extra_buffers"]):
         llama = llama_cpp.Llama(model_path=str(model_path(model)), n_ctx=8192, n_threads=threads,
+                                n_threads_batch=threads,
                                 logits_all=settings["logits_all"], verbose=False)
     prompt = llama.tokenize(prompt_text().encode())
     prompt_rates, generation_rates = [], []

@@ -159,7 +159,9 @@ def _cached_model(path: str, context_length: int, threads: int, extra_buffers: b
         raise ConfigError(f"the local model needs llama-cpp-python: {INSTALL_HINT}") from None
     try:
         with _model_params(use_extra_bufts=extra_buffers):
-            llama = Llama(model_path=path, n_ctx=context_length, n_threads=threads, verbose=False)
+            # n_threads_batch too: llama-cpp-python's default evaluates prompts on every core, whatever n_threads says.
+            llama = Llama(model_path=path, n_ctx=context_length, n_threads=threads, n_threads_batch=threads,
+                          verbose=False)
     except ValueError as exc:
         raise ConfigError(f"cannot load the GGUF model {path}: {exc}") from None
     atexit.register(_close, llama)
