@@ -1,11 +1,11 @@
-"""Self-RAG: critique scores reproduced by hand from chosen log-probabilities in both critic modes,
-the retrieval decision, beam search, hard constraints, closed-set aggregation, raw prompts over HTTP,
-the retrieval rate against delta on HotpotQA, and `arag eval` over a loopback server."""
+"""Self-RAG with prompted critics: critique scores reproduced by hand from chosen log-probabilities, the retrieval
+decision (the long-form rule too), an LM without log-probabilities, parameters, the retrieval rate against delta on
+HotpotQA, and `arag eval` over a loopback server in both critic modes. (Reflection tokens and decoding: the files
+test_self_rag_reflection.py and test_self_rag_decoding.py.)"""
 
 import hashlib
 import json
 import math
-import uuid
 from pathlib import Path
 
 import dspy
@@ -15,36 +15,15 @@ from click.testing import CliRunner
 from arag.cli import main
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, QuestionFailed
-from arag.lm import build_lm
 from arag.passages import Passage
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
-from arag.testing import (
-    FixedRetriever,
-    OpenAICompatibleServer,
-    Scripted,
-    Tokens,
-    no_logprobs_lm,
-    scripted_lm,
-)
-from arag.trace import (
-    Answer,
-    Beam,
-    Candidate,
-    Chosen,
-    ClosedSet,
-    Dropped,
-    NoEvidence,
-    RetrievalDecision,
-    Retrieve,
-    kinds_of,
-    steps_of,
-)
+from arag.testing import FixedRetriever, OpenAICompatibleServer, Scripted, Tokens, no_logprobs_lm, scripted_lm
+from arag.trace import Answer, Candidate, Chosen, RetrievalDecision, Retrieve, kinds_of, steps_of
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")
 RADIO = Passage("p2", "Meet Corliss Archer", "Meet Corliss Archer was a radio program from 1943 to 1956.")
-BASE_PROMPT = f"### Instruction:\n{QUESTION}\n\n### Response:\n"
 UTILITY_WEIGHTS = {"1": -1.0, "2": -0.5, "3": 0.0, "4": 0.5, "5": 1.0}
 
 
@@ -196,252 +175,6 @@ def test_modes_and_delta_decide_retrieval(params, retrievals, lm_calls):
         assert set(candidate(pred, "1")["critiques"]) == {"utility"}
 
 
-# --- reflection tokens: the score by hand ------------------------------------------------------
-
-START = {"[Retrieval]": -0.2, "[No Retrieval]": -1.9}
-SHIRLEY_REFLECTION = [
-    ("[Relevant]", -0.05, {"[Irrelevant]": -3.1}),
-    ("Chief", -0.3), (" of", -0.1), (" Protocol", -0.2),
-    ("[Fully supported]", -0.4, {"[Partially supported]": -1.2, "[No support / Contradictory]": -2.8}),
-    ("[Utility:5]", -0.5, {"[Utility:4]": -1.1, "[Utility:3]": -2.5}),
-]
-RADIO_REFLECTION = [
-    ("[Irrelevant]", -0.4, {"[Relevant]": -1.1}),
-    ("Radio", -1.0),
-    ("[No support / Contradictory]", -0.6, {"[Partially supported]": -1.0, "[Fully supported]": -2.2}),
-    ("[Utility:2]", -0.7, {"[Utility:1]": -1.2, "[Utility:3]": -1.5}),
-]
-
-
-def paragraph(passage):
-    return f"[Retrieval]<paragraph>{passage.title}\n{passage.text}</paragraph>"
-
-
-def reflection_responder(call):
-    assert call.raw
-    if call.prompt == BASE_PROMPT:
-        return tokens([("[Retrieval]", START["[Retrieval]"], {"[No Retrieval]": START["[No Retrieval]"]})])
-    if call.prompt == BASE_PROMPT + paragraph(SHIRLEY):
-        return tokens(SHIRLEY_REFLECTION)
-    if call.prompt == BASE_PROMPT + paragraph(RADIO):
-        return tokens(RADIO_REFLECTION)
-    raise AssertionError(f"unexpected prompt {call.prompt!r}")
-
-
-def expected_reflection_score(pieces):
-    groups = {piece[0]: {piece[0]: piece[1], **piece[2]} for piece in pieces if len(piece) == 3}
-    relevance = normalised(groups.get("[Relevant]") or groups["[Irrelevant]"])["[Relevant]"]
-    support_p = normalised(next(g for t, g in groups.items() if "support" in t))
-    support = support_p["[Fully supported]"] + 0.5 * support_p["[Partially supported]"]
-    utility_p = normalised(next(g for t, g in groups.items() if t.startswith("[Utility")))
-    utility = sum(UTILITY_WEIGHTS[t[-2]] * p for t, p in utility_p.items())
-    sequence = sum(piece[1] for piece in pieces) / len(pieces)  # reflection tokens are part of y_t
-    return math.exp(sequence) + relevance + support + 0.5 * utility
-
-
-def check_reflection_run(pred):
-    (decision,) = steps_of(pred, RetrievalDecision)
-    p_yes = 1 / (1 + math.exp(START["[No Retrieval]"] - START["[Retrieval]"]))
-    assert decision["p_retrieve"] == pytest.approx(p_yes, abs=1e-6)
-    assert candidate(pred, "1")["score"] == pytest.approx(expected_reflection_score(SHIRLEY_REFLECTION), abs=1e-5)
-    assert candidate(pred, "2")["score"] == pytest.approx(expected_reflection_score(RADIO_REFLECTION), abs=1e-5)
-    assert candidate(pred, "1")["text"] == "Chief of Protocol" and candidate(pred, "2")["text"] == "Radio"
-    assert pred.answer == "Chief of Protocol"
-
-
-def test_reflection_token_scores_match_the_hand_computation():
-    lm = scripted_lm(reflection_responder)
-    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, critics="reflection-tokens")
-    with dspy.context(lm=lm):
-        pred = program(question=QUESTION)
-    check_reflection_run(pred)
-    # The retrieval decision first; then the two candidates, written at once (in either order).
-    prompts = [call.prompt for call in lm.engine.calls]
-    assert prompts[0] == BASE_PROMPT
-    assert sorted(prompts[1:]) == sorted([BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)])
-
-
-def test_reflection_tokens_over_a_loopback_completions_server_get_the_exact_prompt():
-    with OpenAICompatibleServer(reflection_responder) as server:
-        lm = build_lm(f"openai/selfrag-{uuid.uuid4().hex[:8]}", api_base=server.url)
-        program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, critics="reflection-tokens")
-        with dspy.context(lm=lm):
-            pred = program(question=QUESTION)
-    check_reflection_run(pred)
-    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 3
-    bodies = [r["body"] for r in server.requests]
-    # The candidates are written at once: their requests arrive in either order.
-    assert bodies[0]["prompt"] == BASE_PROMPT
-    written_from = [BASE_PROMPT + paragraph(SHIRLEY), BASE_PROMPT + paragraph(RADIO)]
-    assert sorted(b["prompt"] for b in bodies[1:]) == sorted(written_from)
-    assert all(b["logprobs"] == 20 and b["skip_special_tokens"] is False for b in bodies)
-    assert bodies[0]["max_tokens"] == 1 and bodies[0]["model"] == lm.model.partition("/")[2]
-
-
-def test_a_model_without_reflection_tokens_is_refused_clearly():
-    lm = scripted_lm(lambda call: "Chief of Protocol")
-    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, critics="reflection-tokens")
-    with dspy.context(lm=lm), pytest.raises(QuestionFailed, match="LMError.*Self-RAG-trained model"):
-        program(question=QUESTION)
-
-
-def test_reflection_segments_decide_the_next_retrieval_from_their_own_retrieval_token():
-    first = [("[Relevant]", -0.1, {"[Irrelevant]": -2.0}), ("Temple was an actress.", -0.2),
-             ("[Fully supported]", -0.1, {"[Partially supported]": -2.5}),
-             ("[Retrieval]", -0.3, {"[No Retrieval]": -1.5})]
-    second = [("[Relevant]", -0.2, {"[Irrelevant]": -1.7}), (" She was Chief of Protocol.", -0.4),
-              ("[Partially supported]", -0.3, {"[Fully supported]": -1.4}), ("[Utility:4]", -0.2)]
-    after_first = BASE_PROMPT + paragraph(SHIRLEY) + "[Relevant]Temple was an actress.[Fully supported]"
-
-    def respond(call):
-        if call.prompt == BASE_PROMPT:
-            return tokens([("[Retrieval]", -0.1, {"[No Retrieval]": -2.4})])
-        if call.prompt == BASE_PROMPT + paragraph(SHIRLEY):
-            return tokens(first)
-        if call.prompt in (after_first + paragraph(SHIRLEY), after_first + "[No Retrieval]"):
-            return tokens(second[1:] if call.prompt.endswith("[No Retrieval]") else second)
-        raise AssertionError(f"unexpected prompt {call.prompt!r}")
-
-    for delta, expected_second in ((0.2, after_first + paragraph(SHIRLEY)), (0.9, after_first + "[No Retrieval]")):
-        lm = scripted_lm(respond)
-        program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=3, critics="reflection-tokens",
-                                delta=delta)
-        with dspy.context(lm=lm):
-            pred = program(question=QUESTION)
-        # The second decision comes from the [Retrieval] token the model wrote after its first segment.
-        assert [call.prompt for call in lm.engine.calls] == [BASE_PROMPT, BASE_PROMPT + paragraph(SHIRLEY),
-                                                              expected_second]
-        decisions = steps_of(pred, RetrievalDecision)
-        assert decisions[1]["p_retrieve"] == pytest.approx(1 / (1 + math.exp(-1.5 + 0.3)), abs=1e-6)
-        assert pred.answer == "Temple was an actress. She was Chief of Protocol."
-        assert steps_of(pred, Chosen)[0]["path"] == ["1", "1.1"]
-        assert pred.retrieval_calls == (2 if delta == 0.2 else 1)
-
-
-# --- long-form beam search, hard constraints, closed sets --------------------------------------
-
-
-def beam_responder(relevance):
-    """Every passage gives a two-sentence continuation; relevance differs by passage title."""
-
-    def respond(call):
-        field = call.output_fields[-1]
-        passage = call.inputs.get("passage", "")
-        title = passage.split(" | ")[0]
-        if field == "continuation":
-            return {"continuation": Scripted(f"From {title}. And more.", 0.9)}
-        if field == "relevant":
-            p = relevance[title]
-            return {"relevant": Tokens([("yes", p, {"no": 1 - p})] if p >= 0.5 else [("no", 1 - p, {"yes": p})])}
-        if field == "support":
-            return {"support": Tokens([("fully", 0.7, {"partially": 0.2, "no": 0.1}), (" supported", 1.0)])}
-        if field == "utility":
-            return {"utility": Tokens([("4", 0.6, {"5": 0.3, "3": 0.1})])}
-        raise AssertionError(call.output_fields)
-
-    return respond
-
-
-def test_long_form_beam_keeps_the_best_paths_by_their_mean_segment_score():
-    passages = [Passage(f"p{i}", title, f"{title} text.") for i, title in enumerate(("Alpha", "Beta", "Gamma"), 1)]
-    lm = scripted_lm(beam_responder({"Alpha": 0.9, "Beta": 0.6, "Gamma": 0.2}))
-    retriever = FixedRetriever(passages)
-    program = build_program("self-rag", retriever, k=3, mode="always", max_depth=3, beam_width=2)
-    with dspy.context(lm=lm):
-        pred = program(question="Tell me about the letters.")
-    # Later segments retrieve with the question and the path's last segment (x, y_{t-1}).
-    assert retriever.queries[:3] == ["Tell me about the letters.", "Tell me about the letters. From Alpha.",
-                                     "Tell me about the letters. From Beta."]
-    candidates = steps_of(pred, Candidate)
-    assert [sum(1 for c in candidates if c["depth"] == d) for d in (1, 2, 3)] == [3, 6, 6]
-    for beam in steps_of(pred, Beam):
-        layer = [c for c in candidates if c["depth"] == beam["depth"]]
-        open_layer = sorted((c for c in layer if not c["done"]), key=lambda c: -c["path_score"])
-        assert beam["kept"] == [c["id"] for c in open_layer[:2]]
-        assert all(c["id"].count(".") == beam["depth"] - 1 for c in layer)
-    for step in candidates:  # a path's score is the mean of its segments' scores
-        ids = [".".join(step["id"].split(".")[: n + 1]) for n in range(step["depth"])]
-        scores = [next(c["score"] for c in candidates if c["id"] == i) for i in ids]
-        assert step["path_score"] == pytest.approx(sum(scores) / len(scores), abs=1e-5)
-    finished = [c for c in candidates if c["done"]]
-    assert {c["depth"] for c in finished} == {3}
-    best = max(finished, key=lambda c: c["path_score"])
-    assert steps_of(pred, Chosen)[0]["path"][-1] == best["id"] == "1.1.1"
-    assert pred.answer == "From Alpha. From Alpha. From Alpha. And more."
-    assert pred.lm_calls == (3 + 6 + 6) * 4 and pred.retrieval_calls == 1 + 2 + 2
-    assert lm.engine.count < pred.lm_calls  # repeated judgements (same passage, same statement) come from the cache
-
-
-def test_a_single_sentence_continuation_finishes_the_answer_early():
-    lm = scripted_lm(lambda call: {"continuation": "Paris."} if "continuation" in call.output_fields
-                     else {"utility": Tokens([("5", 0.8, {"4": 0.2})])})
-    program = build_program("self-rag", FixedRetriever([SHIRLEY]), mode="never", max_depth=4)
-    with dspy.context(lm=lm):
-        pred = program(question="Capital of France?")
-    assert pred.answer == "Paris." and lm.engine.count == 2
-    assert [b["depth"] for b in steps_of(pred, Beam)] == [1]
-
-
-def test_continue_keeps_writing_from_the_last_passage_without_retrieving():
-    def respond(call):
-        field = call.output_fields[-1]
-        if field == "retrieve":
-            first = not call.inputs["answer_so_far"]
-            decide = DECIDE if first else {"continue": -0.2, "no": -1.9, "yes": -3.5}
-            assert call.inputs["evidence"] == ("" if first else f"{SHIRLEY.title} | {SHIRLEY.text}")
-            return {"retrieve": label_tokens(decide)}
-        if field == "continuation":
-            return {"continuation": "She was an actress. She served as Chief of Protocol."}
-        return prompted_responder()(call)
-
-    lm = scripted_lm(respond)
-    program = build_program("self-rag", FixedRetriever([SHIRLEY]), k=1, max_depth=2)
-    with dspy.context(lm=lm):
-        pred = program(question=QUESTION)
-    assert [d["decision"] for d in steps_of(pred, RetrievalDecision)] == ["retrieve", "continue"]
-    first, second = candidate(pred, "1"), candidate(pred, "1.1")
-    assert second["continued"] and second["passage"] == "p1" and pred.retrieval_calls == 1
-    assert second["critiques"]["relevance"] == first["critiques"]["relevance"]  # judged once, carried over
-    assert first["text"] == "She was an actress." and not first["done"]
-    assert pred.answer == "She was an actress. She was an actress. She served as Chief of Protocol."
-    relevance_calls = [call for call in lm.engine.calls if call.output_fields == ["relevant"]]
-    assert len(relevance_calls) == 1
-
-
-def test_hard_constraints_drop_irrelevant_candidates_and_fall_back_to_no_evidence():
-    lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedRetriever([SHIRLEY, RADIO]), k=2, hard_constraints=True)
-    with dspy.context(lm=lm):
-        pred = program(question=QUESTION)
-    assert steps_of(pred, Dropped)[0]["ids"] == ["2"] and pred.answer == "Chief of Protocol"
-
-    lm = scripted_lm(prompted_responder())
-    program = build_program("self-rag", FixedRetriever([RADIO]), k=1, hard_constraints=True)
-    with dspy.context(lm=lm):
-        pred = program(question=QUESTION)
-    assert steps_of(pred, Dropped)[0]["ids"] == ["1"]
-    assert steps_of(pred, NoEvidence)[0]["reason"] == "every candidate was dropped"
-    assert pred.answer == "I do not know." and steps_of(pred, Chosen)[0] == {
-        "step": Chosen.kind, "path": ["2"], "passages": [None], "score": candidate(pred, "2")["score"]}
-
-
-def test_closed_set_sums_the_scores_of_agreeing_answers():
-    high = {**SHIRLEY_LOGPROBS, "continuation": [-0.1]}
-    low = {**SHIRLEY_LOGPROBS, "relevant": {"yes": -0.2, "no": -1.7}, "continuation": [-0.3]}
-    passages = [SHIRLEY, RADIO, Passage("p3", "Kiss and Tell", "Kiss and Tell is a 1945 film.")]
-    answers = {"Shirley": ("A", high), "Meet Corliss": ("B", low), "Kiss and": ("b", low)}
-    picks = {}
-    for closed_set in (False, True):
-        program = build_program("self-rag", FixedRetriever(passages), k=3, closed_set=closed_set)
-        with dspy.context(lm=scripted_lm(prompted_responder(answers))):
-            pred = program(question=QUESTION)
-        picks[closed_set] = pred.answer
-        scores = {c["id"]: c["score"] for c in steps_of(pred, Candidate)}
-    assert scores["1"] > scores["2"] == scores["3"] and scores["2"] + scores["3"] > scores["1"]
-    assert picks == {False: "A", True: "B"}
-    assert steps_of(pred, ClosedSet)[0]["totals"]["b"] == pytest.approx(scores["2"] + scores["3"], abs=1e-5)
-
-
 # --- LMs without log-probabilities, parameters --------------------------------------------------
 
 
@@ -489,7 +222,7 @@ def test_bad_parameters_name_the_parameter(params, fragment):
 
 @pytest.fixture(scope="module")
 def hotpot(tmp_path_factory):
-    folder = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "hotpotqa"
+    folder = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "hotpotqa"
     if not folder.exists():
         pytest.skip(f"{folder} is not present")
     retriever = BM25Retriever.build(load_corpus(folder / "corpus.jsonl"), tmp_path_factory.mktemp("hotpot") / "bm25")
