@@ -33,7 +33,7 @@ from arag.trace import (
     trace_schema_text,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "docs" / "trace.schema.json"
 
 
