@@ -11,7 +11,7 @@ import pytest
 
 from arag.runs import Row
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from quality_plan import (  # noqa: E402
     CORE_N,
     DATASETS,

@@ -3,7 +3,9 @@ question twice and ends with the same results as an uninterrupted run."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
+import gzip
 import json
 import os
 import shutil
@@ -15,7 +17,6 @@ from pathlib import Path
 
 import dspy
 import pytest
-from test_report import embedded_data
 
 from arag.optimizers.saving import save_program
 from arag.passages import Passage
@@ -23,7 +24,13 @@ from arag.programs import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def embedded_data(html: str) -> dict:
+    """The data a report page embeds (gzip-compressed JSON in base64), as its script reads it."""
+    packed = html.split('<script id="report-data" type="application/octet-stream">')[1].split("</script>")[0]
+    return json.loads(gzip.decompress(base64.b64decode(packed)))
 
 
 def last_word(call):

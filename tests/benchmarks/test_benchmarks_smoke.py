@@ -17,14 +17,14 @@ import pytest
 
 from arag.programs import PROGRAMS
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 SCRIPTS = ("cost", "throughput", "overhead", "retrieval", "latency")
 
 
 @pytest.fixture(scope="module")
 def quick_runs(tmp_path_factory):
     """Every benchmark's --quick run (two at a time), by name."""
-    dataset = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "hotpotqa"
+    dataset = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "hotpotqa"
     if not dataset.exists():
         pytest.skip(f"{dataset} is not present")
     env = {**os.environ, "ARAG_HOME": str(tmp_path_factory.mktemp("home"))}
@@ -72,7 +72,7 @@ def test_each_benchmark_reports_the_figures_its_target_is_about(quick_runs):
     (["--n-tune", "0"], "--n-tune 1 or more"),
 ])
 def test_local_tuning_refuses_bad_arguments_before_loading_a_model(tmp_path, bad, message):
-    if not (Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa").exists():
+    if not (Path(__file__).resolve().parents[3] / "shared" / "datasets" / "hotpotqa").exists():
         pytest.skip("the shared HotpotQA dataset is not present")
     done = subprocess.run([sys.executable, str(BENCHMARKS / "tuning_local.py"), "--out", str(tmp_path / "out"), *bad],
                           capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ from arag.runs import Row
 from arag.runs.table import table_rows
 from arag.trace import Answer, Retrieve, read_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from quality_results import KeptRow, read_results  # noqa: E402
 

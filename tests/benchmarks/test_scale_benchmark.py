@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-DATASETS = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+DATASETS = Path(__file__).resolve().parents[2].parent / "shared" / "datasets"
 sys.path.insert(0, str(BENCHMARKS))
 
 import scale  # noqa: E402
