@@ -36,13 +36,15 @@ import dspy  # noqa: E402
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, set_lm_concurrency  # noqa: E402
 from arag.data import load_corpus, load_examples  # noqa: E402
 from arag.programs import PROGRAMS, build_program  # noqa: E402
+from arag.programs.crag.steps import Evaluate, Refine, Rewrite  # noqa: E402
+from arag.programs.self_rag.steps import Candidate, RetrievalDecision  # noqa: E402
 from arag.retrievers import BM25Retriever  # noqa: E402
 from arag.testing import (  # noqa: E402
     StandInModel,  # noqa: E402
     isolated_cache,
     scripted_lm,
 )
-from arag.trace import Candidate, Evaluate, Refine, RetrievalDecision, Rewrite, steps_of  # noqa: E402
+from arag.trace import steps_of  # noqa: E402
 
 HOTPOTQA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
 TARGET = 1.3

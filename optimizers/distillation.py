@@ -35,10 +35,11 @@ from arag.adapters import default_adapter
 from arag.data._io import atomic_writer, check_apart
 from arag.data.metrics import normalize_answer
 from arag.errors import DataError
-from arag.programs.genground import cited_evidence
+from arag.programs.genground.genground import cited_evidence
+from arag.programs.genground.steps import Ground
 from arag.runs import Row, last_rows, predictions_path, read_record
 from arag.signatures.grounding import GroundAnswer
-from arag.trace import Ground, UnreadStep, steps_of
+from arag.trace import UnreadStep, steps_of
 
 MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY = "malformed", "no evidence", "unrevised", "revised wrongly"
 FLAWS = (MALFORMED, NO_EVIDENCE, UNREVISED, REVISED_WRONGLY)

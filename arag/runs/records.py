@@ -1,9 +1,10 @@
 """What a run folder's files hold, declared once: a run's record (run.json) and a row (a line of predictions.jsonl).
 
 Each is read with `from_json`, which refuses a malformed one with one line naming the file and the field, and
-written with `to_json`. A row's trace is read back step by step into the declared step kinds (`read_step`); a
-step no declaration reads (another version's kind) is kept as recorded. Keys a record or a row holds that this
-arag does not declare are kept too (`other`), so that what another version wrote is written back unchanged.
+written with `to_json`. A row's trace is read back step by step into the declared step kinds (`read_step`; the
+programs are imported first, so that every method's kinds are declared); a step no declaration reads (another
+version's kind) is kept as recorded. Keys a record or a row holds that this arag does not declare are kept too
+(`other`), so that what another version wrote is written back unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Annotated, Any, ClassVar, Mapping
 
 from pydantic import AllowInfNan, BeforeValidator, ConfigDict, SkipValidation, Strict, TypeAdapter, ValidationError
 
+import arag.programs  # noqa: F401  every method's step kinds, registered as its modules load, for read_step
 from arag.errors import DataError
 from arag.trace import ABSENT, Step, UnreadStep, read_step
 

@@ -22,7 +22,8 @@ class _Absent:
 
 ABSENT: Any = _Absent()
 
-STEP_KINDS: dict[str, type[Step]] = {}  # kind -> its record class, filled as the kinds are declared
+# kind -> its record class, filled as the kinds are declared (arag.trace.steps, and each method's steps.py)
+STEP_KINDS: dict[str, type[Step]] = {}
 
 
 class DescribedEnum(str, Enum):
@@ -66,6 +67,9 @@ class Step:
         if kind is not None:
             if kind in STEP_KINDS:
                 raise TypeError(f"step kind {kind!r} is declared twice")
+            if any(other.__name__ == cls.__name__ for other in STEP_KINDS.values()):
+                raise TypeError(f"step kind {kind!r}: another kind's class is named {cls.__name__} too (the report's "
+                                "page finds kinds by class name)")
             cls.kind = kind
             STEP_KINDS[kind] = cls
 

@@ -1,8 +1,8 @@
 """The recorder: the steps a program call took, and what it cost.
 
-A program runs inside `recording()`; its steps (records of the kinds declared in `arag.trace.steps`) append
-to the active `Trace` as JSON objects, and DSPy's callbacks and usage tracker count the LM calls and tokens
-made meanwhile.
+A program runs inside `recording()`; its steps (records of the declared kinds: `arag.trace.steps` and each
+method's `steps.py`) append to the active `Trace` as JSON objects, and DSPy's callbacks and usage tracker count the
+LM calls and tokens made meanwhile.
 """
 
 from __future__ import annotations
@@ -131,6 +131,20 @@ class _LMCallCounter(BaseCallback):
 def shown_probability(p: float) -> float:
     """A probability as traces record it: four significant digits, so that a tiny one stays above 0."""
     return float(f"{p:.4g}")
+
+
+def count_lm_work(*, lm_calls: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+    """Count LM work done outside DSPy in the active trace (a model this process runs for what DSPy cannot ask of
+    it, such as the attention model's generations and forward passes), as DSPy's callbacks and usage tracker count
+    the calls made through it. A call's cap is checked before it is made (`arag.concurrency.lm_slot`)."""
+    trace = _active.get()
+    if trace is None:
+        return
+    counts = trace.counted_in()
+    with counts._lock:
+        counts.lm_calls += lm_calls
+        counts.prompt_tokens += prompt_tokens
+        counts.completion_tokens += completion_tokens
 
 
 def current_trace() -> Trace | None:

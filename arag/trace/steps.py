@@ -1,4 +1,5 @@
-"""The step kinds every program may record, declared once: their facts, named and typed, and why a program stops.
+"""The step kinds programs share, declared once: their facts, named and typed, and why a program stops. A method's
+own kinds are declared beside it, in its `steps.py` (`programs/crag/steps.py`, ...), the same way.
 
 A program records a step complete (`note(Answer(answer=text))`); the trace holds it as a JSON object whose
 `step` key names its kind. Facts whose default is `ABSENT` appear only where the program has them.
@@ -144,7 +145,7 @@ class Read(Step, kind="read"):
     passage_ids: list[str]
 
 
-# --- the baselines and Iter-RetGen -------------------------------------------------------------------------
+# --- Iter-RetGen ---------------------------------------------------------------------------------------------
 
 
 @declared
@@ -156,40 +157,3 @@ class Generate(Step, kind="generate"):
     passage_ids: list[str]
     generation: str
     answer: Any
-
-
-@declared
-class FollowUp(Step, kind="follow_up"):
-    """Self-Ask: a follow-up question and its intermediate answer."""
-
-    question: str
-    intermediate_answer: str
-    passage_ids: list[str]
-
-
-@declared
-class Act(Step, kind="act", decision="tool"):
-    """ReAct: a thought and the tool call it chose."""
-
-    thought: str
-    tool: str
-    args: dict[str, Any]
-
-
-@declared
-class Observation(Step, kind="observation"):
-    """ReAct: what a tool returned, or the error it raised."""
-
-    tool: str
-    observation: Any = ABSENT
-    error: str = ABSENT
-
-
-@declared
-class Route(Step, kind="route", decision="label"):
-    """Adaptive-RAG: the complexity label and the strategy it chose."""
-
-    label: str
-    strategy: str
-    classifier: str
-    probabilities: dict[str, float] = ABSENT

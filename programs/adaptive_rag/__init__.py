@@ -1,1 +1,2 @@
-"""Adaptive-RAG: the routing program (`adaptive_rag.py`) and its query-complexity classifiers (`router.py`)."""
+"""Adaptive-RAG: the routing program (`adaptive_rag.py`), its query-complexity classifiers (`router.py`) and its
+step kind (`steps.py`)."""

@@ -26,13 +26,14 @@ logistic regression over MiniLM embeddings of the question is trained on the sam
 from __future__ import annotations
 
 from arag.programs.adaptive_rag.router import open_classifier
+from arag.programs.adaptive_rag.steps import Route
 from arag.programs.baselines.no_retrieval import NoRetrieval
 from arag.programs.baselines.single_rag import SingleRAG
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
 from arag.programs.ircot import IRCoT
-from arag.trace import ABSENT, Route, shown_probability, steps_of
+from arag.trace import ABSENT, shown_probability, steps_of
 
 STRATEGIES = {"A": NoRetrieval.name, "B": SingleRAG.name, "C": IRCoT.name}  # each label's program
 

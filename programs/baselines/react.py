@@ -30,11 +30,12 @@ from dspy.utils.exceptions import AdapterParseError
 from pydantic_core import core_schema
 
 from arag.passages import format_passages
+from arag.programs.baselines.steps import Act, Observation
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.signatures.generation import AnswerBySearching
-from arag.trace import Act, Observation, Stop, StopReason, Unreadable, current_trace, is_step, note, steps_of
+from arag.trace import Stop, StopReason, Unreadable, current_trace, is_step, note, steps_of
 
 MAX_ITERS = Param("max_iters", 7, "cap on the reason-and-act steps before the answer is extracted", low=1, high=30,
                   searched=True, search_range=(1, 10))

@@ -23,13 +23,14 @@ from dataclasses import dataclass
 import dspy
 
 from arag.passages import format_passages
+from arag.programs.baselines.steps import FollowUp
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import FLARE_SETTING_K, Param
 from arag.programs.frame.registry import register
 from arag.signatures.answering import AnswerFromPassages
 from arag.signatures.generation import AnswerFromFollowUps
 from arag.signatures.queries import NextFollowUp
-from arag.trace import FollowUp, Stop, StopReason, steps_of, stop_reason
+from arag.trace import Stop, StopReason, steps_of, stop_reason
 
 MAX_FOLLOW_UPS = Param("max_follow_ups", 5, "cap on the follow-up questions per answer", low=1, high=20,
                        searched=True, search_range=(1, 5))

@@ -18,10 +18,11 @@ from arag.programs.crag.evaluator import (
     trigger,
 )
 from arag.programs.crag.refinement import STRIP_MODES, refine
+from arag.programs.crag.steps import Action, Evaluate, Refine, Rewrite, Search
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.retrievers.web import Document, open_knowledge_search
 from arag.signatures.queries import RewriteAsKeywords
-from arag.trace import Action, Evaluate, Refine, Rewrite, Search, current_trace, note, steps_of
+from arag.trace import current_trace, note, steps_of
 
 SCORER = Param("scorer", "lm", "retrieval evaluator: lm, embedding, or t5:PATH", tunable=False)
 UPPER = Param("upper", 0.5, "Correct when some passage scores at or above this", low=-1.0, high=1.0,

@@ -38,12 +38,12 @@ from arag.programs.crag.correction import (
     check_thresholds,
     correction_lm_calls,
 )
+from arag.programs.crag.steps import AnswerFromQuestion
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.predictors import REASONING, predictor
 from arag.programs.frame.registry import register
 from arag.signatures.answering import AnswerFromKnowledge
 from arag.signatures.knowledge import AnswerFromRefinedKnowledge
-from arag.trace import AnswerFromQuestion
 
 
 @register

@@ -67,8 +67,9 @@ from arag.programs.self_rag.critics import (
     Segment,
     join_texts,
 )
-from arag.trace import Beam, Chosen, ClosedSet, Dropped, NoEvidence, RetrievalDecision, steps_of
-from arag.trace import Candidate as CandidateStep
+from arag.programs.self_rag.steps import Beam, Chosen, ClosedSet, Dropped, NoEvidence, RetrievalDecision
+from arag.programs.self_rag.steps import Candidate as CandidateStep
+from arag.trace import steps_of
 
 MODE = Param("mode", "adaptive", "when to retrieve: adaptive (p(retrieve) > delta), always, never",
              choices=("adaptive", "always", "never"), tunable=False)

@@ -12,10 +12,11 @@ from arag.cli import main
 from arag.errors import ConfigError
 from arag.evaluate import fair_top_k
 from arag.programs import build_program
-from arag.programs.adaptive_note import AdaptiveNote, query_key
+from arag.programs.adaptive_note.adaptive_note import AdaptiveNote, query_key
+from arag.programs.adaptive_note.steps import Note, Query, Review
 from arag.signatures.notes import AnswerFromNote, WriteLongAnswerFromNote
 from arag.testing import OpenAICompatibleServer, PassageTemplate, TemplateRetriever, Tokens, scripted_lm
-from arag.trace import Answer, Note, Query, Retrieve, Review, Stop, StopReason, is_step, kinds_of, steps_of
+from arag.trace import Answer, Retrieve, Stop, StopReason, is_step, kinds_of, steps_of
 
 QUESTION = "Which city hosts the headquarters of the company that makes the Zephyr kettle?"
 

@@ -17,9 +17,10 @@ from arag.optimizers.router_training import (
     train_router,
 )
 from arag.optimizers.saving import load_program, save_program
+from arag.programs.adaptive_rag.steps import Route
 from arag.programs.frame.registry import build_program
 from arag.testing import TemplateRetriever, Tokens, scripted_lm
-from arag.trace import Retrieve, Route, Unreadable, is_step, kinds_of
+from arag.trace import Retrieve, Unreadable, is_step, kinds_of
 
 QUESTION = "Which city is the capital of the country where the Danube ends?"
 

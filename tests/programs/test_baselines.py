@@ -18,12 +18,10 @@ from arag.lm import build_lm
 from arag.programs.baselines.multi_time import PreviousSentence, PreviousWindow
 from arag.programs.baselines.react import ARGUMENT_CHARS, ReActSearch
 from arag.programs.baselines.self_ask import WRITTEN_CHAINS, SelfAsk, chain_entry
+from arag.programs.baselines.steps import Act, FollowUp, Observation
 from arag.testing import FOUND_FOR, OpenAICompatibleServer, Scripted, TemplateRetriever, scripted_lm, tokenize
 from arag.trace import (
-    Act,
     Answer,
-    FollowUp,
-    Observation,
     Retrieve,
     Sentence,
     Stop,

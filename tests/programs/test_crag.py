@@ -14,10 +14,11 @@ from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.passages import Passage
 from arag.programs.crag.evaluator import trigger
+from arag.programs.crag.steps import Action, AnswerFromQuestion, Evaluate, Refine, Rewrite, Search
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.testing import FixedRetriever, Tokens, no_logprobs_lm, scripted_lm
-from arag.trace import Action, AnswerFromQuestion, Evaluate, Refine, Retrieve, Rewrite, Search, is_step, steps_of
+from arag.trace import Retrieve, is_step, steps_of
 
 QUESTION = "When was the Eiffel Tower completed?"
 PASSAGES = [

@@ -9,7 +9,7 @@ import pytest
 
 from arag.errors import ConfigError, QuestionFailed
 from arag.lm import TokenLogprob
-from arag.programs.flare import FLARE, low_confidence_spans
+from arag.programs.flare.flare import FLARE, low_confidence_spans
 from arag.programs.frame.sentences import split_sentences
 from arag.testing import FOUND_FOR, Scripted, ScriptedEngine, TemplateRetriever, Tokens, scripted_lm
 from arag.trace import Sentence, Stop, StopReason, is_step

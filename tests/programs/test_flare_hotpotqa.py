@@ -14,7 +14,7 @@ from test_flare import sentences, spelled
 from arag.cli import main
 from arag.data import load_examples
 from arag.data.corpus import load_corpus
-from arag.programs.flare import FLARE
+from arag.programs.flare.flare import FLARE
 from arag.programs.frame.sentences import split_sentences
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted, scripted_lm, tokenize

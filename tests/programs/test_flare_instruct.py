@@ -9,7 +9,7 @@ from test_flare import QUESTION
 
 from arag.errors import ConfigError
 from arag.lm import build_lm
-from arag.programs.flare import WRITES_PAST_THE_CAP, FLAREInstruct, split_at_search
+from arag.programs.flare.flare import WRITES_PAST_THE_CAP, FLAREInstruct, split_at_search
 from arag.programs.frame.active_generation import MARKUP_TOKENS
 from arag.testing import FOUND_FOR, OpenAICompatibleServer, TemplateRetriever, scripted_lm
 from arag.trace import Stop, StopReason, Write, is_step

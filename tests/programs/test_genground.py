@@ -11,9 +11,10 @@ from dspy.utils.exceptions import AdapterParseError
 from arag.cli import main
 from arag.errors import ConfigError, QuestionFailed
 from arag.programs.frame.registry import build_program
-from arag.programs.genground import GenGround, cited_evidence, yes_no_label
+from arag.programs.genground.genground import GenGround, cited_evidence, yes_no_label
+from arag.programs.genground.steps import Deduce, Ground, Hop
 from arag.testing import OpenAICompatibleServer, TemplateRetriever, scripted_lm
-from arag.trace import Answer, Deduce, Ground, Hop, Retrieve, Stop, StopReason, is_step, kinds_of, steps_of
+from arag.trace import Answer, Retrieve, Stop, StopReason, is_step, kinds_of, steps_of
 
 
 def _with_reasoning(call, fields):

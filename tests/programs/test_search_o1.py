@@ -7,8 +7,7 @@ import pytest
 from arag.data import load_corpus, load_examples, sample_paths
 from arag.errors import ConfigError
 from arag.programs import build_program
-from arag.programs.search_o1 import SearchO1
-from arag.programs.search_o1_markers import (
+from arag.programs.search_o1.markers import (
     LIMIT_NOTICE,
     REPEAT_NOTICE,
     boxed_answer,
@@ -16,10 +15,12 @@ from arag.programs.search_o1_markers import (
     previous_reasoning,
     turn_query,
 )
+from arag.programs.search_o1.search_o1 import SearchO1
+from arag.programs.search_o1.steps import BackOff, Condense, Turn
 from arag.retrievers import BM25Retriever
 from arag.signatures.reasoning import BEGIN_QUERY, BEGIN_RESULT, END_QUERY, END_RESULT, NOTHING_FOUND
 from arag.testing import FOUND_FOR, StandInModel, TemplateRetriever, isolated_cache, scripted_lm
-from arag.trace import Answer, BackOff, Condense, Stop, StopReason, Turn, steps_of
+from arag.trace import Answer, Stop, StopReason, steps_of
 
 QUESTION = "Who directed the film in which Ana de Armas played Marilyn Monroe?"
 

@@ -13,23 +13,11 @@ from arag.cli import main
 from arag.errors import ConfigError
 from arag.passages import Passage
 from arag.programs import build_program
+from arag.programs.crag.steps import Action, Contexts, Evaluate, Refine, Search
+from arag.programs.self_rag.steps import Candidate, Chosen, NoEvidence, RetrievalDecision
 from arag.retrievers import BM25Retriever
 from arag.testing import FixedRetriever, Scripted, Tokens, scripted_lm
-from arag.trace import (
-    Action,
-    Answer,
-    Candidate,
-    Chosen,
-    Contexts,
-    Evaluate,
-    NoEvidence,
-    Refine,
-    RetrievalDecision,
-    Retrieve,
-    Search,
-    kinds_of,
-    steps_of,
-)
+from arag.trace import Answer, Retrieve, kinds_of, steps_of
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")

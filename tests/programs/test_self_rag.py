@@ -17,9 +17,10 @@ from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, QuestionFailed
 from arag.passages import Passage
 from arag.programs import build_program
+from arag.programs.self_rag.steps import Candidate, Chosen, RetrievalDecision
 from arag.retrievers import BM25Retriever
 from arag.testing import FixedRetriever, OpenAICompatibleServer, Scripted, Tokens, no_logprobs_lm, scripted_lm
-from arag.trace import Answer, Candidate, Chosen, RetrievalDecision, Retrieve, kinds_of, steps_of
+from arag.trace import Answer, Retrieve, kinds_of, steps_of
 
 QUESTION = "What government position was held by the woman who portrayed Corliss Archer in Kiss and Tell?"
 SHIRLEY = Passage("p1", "Shirley Temple", "Shirley Temple served as Chief of Protocol of the United States.")

@@ -16,8 +16,9 @@ from test_self_rag import (
 
 from arag.passages import Passage
 from arag.programs import build_program
+from arag.programs.self_rag.steps import Beam, Candidate, Chosen, ClosedSet, Dropped, NoEvidence, RetrievalDecision
 from arag.testing import FixedRetriever, Scripted, Tokens, scripted_lm
-from arag.trace import Beam, Candidate, Chosen, ClosedSet, Dropped, NoEvidence, RetrievalDecision, steps_of
+from arag.trace import steps_of
 
 
 def beam_responder(relevance):

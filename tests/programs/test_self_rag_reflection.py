@@ -12,8 +12,9 @@ from test_self_rag import QUESTION, RADIO, SHIRLEY, UTILITY_WEIGHTS, candidate, 
 from arag.errors import QuestionFailed
 from arag.lm import build_lm
 from arag.programs import build_program
+from arag.programs.self_rag.steps import Chosen, RetrievalDecision
 from arag.testing import FixedRetriever, OpenAICompatibleServer, scripted_lm
-from arag.trace import Chosen, RetrievalDecision, steps_of
+from arag.trace import steps_of
 
 BASE_PROMPT = f"### Instruction:\n{QUESTION}\n\n### Response:\n"
 START = {"[Retrieval]": -0.2, "[No Retrieval]": -1.9}

@@ -7,9 +7,10 @@ import pytest
 
 from arag.errors import ConfigError
 from arag.programs.frame.registry import build_program, get_program
-from arag.programs.sure import SuRe, best, distinct_candidates
+from arag.programs.sure.steps import Candidates, Pair, Select, Validity
+from arag.programs.sure.sure import SuRe, best, distinct_candidates
 from arag.testing import GARBAGE_TEXT, TemplateRetriever, Tokens, scripted_lm
-from arag.trace import Answer, Candidates, Pair, Select, Unreadable, Validity, is_step, steps_of
+from arag.trace import Answer, Unreadable, is_step, steps_of
 
 QUESTION = "Which city hosted the 1900 Summer Olympics?"
 GARBAGE = object()

@@ -10,8 +10,7 @@ from arag.data import load_corpus, load_examples, sample_paths
 from arag.errors import ConfigError
 from arag.lm import TokenLogprob
 from arag.programs import build_program
-from arag.programs.uncertainty_gate import ASK_DEMOS, NEVER, UncertaintyGate
-from arag.programs.uncertainty_signals import (
+from arag.programs.uncertainty_gate.signals import (
     SIGNALS,
     entropy_trend,
     margin,
@@ -21,9 +20,11 @@ from arag.programs.uncertainty_signals import (
     min_prob,
     smoothed_second_differences,
 )
+from arag.programs.uncertainty_gate.steps import Draft, Gate
+from arag.programs.uncertainty_gate.uncertainty_gate import ASK_DEMOS, NEVER, UncertaintyGate
 from arag.retrievers import BM25Retriever
 from arag.testing import FOUND_FOR, StandInModel, TemplateRetriever, Tokens, isolated_cache, no_logprobs_lm, scripted_lm
-from arag.trace import Answer, Draft, Gate, Retrieve, steps_of
+from arag.trace import Answer, Retrieve, steps_of
 
 QUESTION = "Which river flows through Lyon?"
 ALL_SIGNALS = ("ask", *SIGNALS)

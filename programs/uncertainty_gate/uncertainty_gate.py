@@ -8,7 +8,7 @@
 
 LM calls per question: 2 for ask; 1, +1 when retrieving, for the others. Retrievals: 0 or 1.
 
-The signals (`uncertainty_signals.py` computes them, each citing its source):
+The signals (`signals.py` computes them, each citing its source):
   mean_entropy   mean token entropy: AdaRAGUE's MeanTokenEntropy (Moskvoretskii et al., arXiv 2501.12835, §3;
                  code s-nlp/AdaRAGUE, lm-polygraph estimators/token_entropy.py); TARG's entropy gate (Wang et
                  al., arXiv 2511.09803, Eq. 1, over a k = 20 token prefix, §4)
@@ -30,7 +30,7 @@ retrieval budget, or best dev accuracy; ETC: validation), so `threshold` is sear
 0.5 is TA-ARE's rule for ask (retrieve on yes) and only a starting point for the others. The signal is read from
 the draft's answer field, its first `draft_tokens` tokens (TARG's k = 20 prefix, §4); an empty draft retrieves.
 Entropies come from the endpoint's top `top_logprobs` candidates (a lower bound of the full-vocabulary entropy;
-see `uncertainty_signals.py`). Without log-probabilities only ask runs: the others stop with a ConfigError.
+see `signals.py`). Without log-probabilities only ask runs: the others stop with a ConfigError.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import REASONING, judged
 from arag.programs.frame.registry import register
-from arag.programs.uncertainty_signals import SIGNALS, Reading
+from arag.programs.uncertainty_gate.signals import SIGNALS, Reading
+from arag.programs.uncertainty_gate.steps import Draft, Gate
 from arag.signatures import AnswerFromKnowledge
 from arag.signatures.gating import NeedsRetrieval
-from arag.trace import Draft, Gate, Retrieve, shown_probability, steps_of
+from arag.trace import Retrieve, shown_probability, steps_of
 
 ASK = "ask"
 SIGNAL = Param("signal", ASK, "the uncertainty estimator: ask (the LM judges, TA-ARE), mean_entropy, max_entropy, "

@@ -52,6 +52,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import judged
 from arag.programs.frame.registry import register
+from arag.programs.sure.steps import Candidates, Compare, Pair, Select, Summary, Validity
 from arag.signatures.summaries import (
     CompareSummaries,
     JudgeSummarySupport,
@@ -59,7 +60,7 @@ from arag.signatures.summaries import (
     candidate_field,
     propose_candidates,
 )
-from arag.trace import ABSENT, Answer, Candidates, Compare, Pair, Select, Summary, Validity, shown_probability, steps_of
+from arag.trace import ABSENT, Answer, shown_probability, steps_of
 
 K = passages_per_retrieval(10, "SuRe's N = 10 retrieved passages")
 CANDIDATES = Param("candidates", 2, "answer candidates (K) proposed in one call, each summarised and judged",

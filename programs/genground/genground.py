@@ -17,6 +17,7 @@ from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import REASONING, predictor
 from arag.programs.frame.registry import register
+from arag.programs.genground.steps import Deduce, Ground, Hop
 from arag.signatures.grounding import (
     ConcludeFromHistory,
     ConcludeYesNo,
@@ -25,7 +26,7 @@ from arag.signatures.grounding import (
     GroundAnswer,
     GroundedHop,
 )
-from arag.trace import Answer, Deduce, Ground, Hop, Stop, StopReason, steps_of, stop_reason
+from arag.trace import Answer, Stop, StopReason, steps_of, stop_reason
 
 K = passages_per_retrieval(10, "one retrieval per sub-question")
 BATCH_SIZE = Param("batch_size", 3, "passages per grounding call (b), fed in rank order", low=1, high=20,

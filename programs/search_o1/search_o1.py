@@ -18,7 +18,7 @@ search.
 Follows the official code (sunnynexus/Search-o1@6ced48f, scripts/run_search_o1.py): the markers (40-43); a turn
 searches only when it ends with the end-query marker, with its last query (412-417, 529-533), an empty query ending
 the reasoning; the limit and repeat notices (596-608); the previous steps Reason-in-Documents reads (565-583,
-`search_o1_markers.previous_reasoning`), which are not given the question (286-299); the result inserted into the
+`markers.previous_reasoning`), which are not given the question (286-299); the result inserted into the
 same reasoning (666-671); the defaults max_searches=10 (74-78), max_turns=15 (80-85), k=10 (87-92) and 8,192 tokens
 per generation call for a model other than QwQ (388-394); the \\boxed{} answer (evaluate.py:31-42) and the back-off
 to direct reasoning (§4.3). The reasoning runs in one of two forms (`prompt_style`): `signature`, a typed
@@ -42,7 +42,7 @@ from arag.programs.frame.active_generation import PROMPT_STYLE
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.registry import register
-from arag.programs.search_o1_markers import (
+from arag.programs.search_o1.markers import (
     LIMIT_NOTICE,
     REPEAT_NOTICE,
     boxed_answer,
@@ -52,8 +52,9 @@ from arag.programs.search_o1_markers import (
     result_block,
     turn_query,
 )
+from arag.programs.search_o1.steps import BackOff, Condense, Turn
 from arag.signatures.reasoning import END_QUERY, NOTHING_FOUND, ReasonInDocuments, ReasonWithSearch
-from arag.trace import Answer, BackOff, Condense, Stop, StopReason, Turn, steps_of
+from arag.trace import Answer, Stop, StopReason, steps_of
 
 MAX_SEARCHES = Param("max_searches", 10, "the search limit: past it a query gets a notice instead of results "
                      "(the official default; its QA runs use 5 on NQ/TriviaQA, 10 on multi-hop sets)",

@@ -39,10 +39,10 @@ from arag.programs.crag.correction import (
     check_thresholds,
     correction_lm_calls,
 )
+from arag.programs.crag.steps import Contexts
 from arag.programs.frame.params import Param
 from arag.programs.frame.registry import register
 from arag.programs.self_rag.self_rag import SELF_RAG_PARAMS, SelfRAG
-from arag.trace import Contexts
 
 CONTEXTS = Param("contexts", "released", "what Self-RAG reads: released, the internal, external and combined knowledge "
                  "as CRAG's released code gives each question; action, the knowledge of CRAG's action (the paper)",

@@ -37,6 +37,7 @@ import dspy
 
 from arag.lm import has_top_logprobs, label_probabilities
 from arag.passages import Passage, dedup, format_passages
+from arag.programs.adaptive_note.steps import Note, Query, Review
 from arag.programs.frame.base import RAGProgram
 from arag.programs.frame.params import Param, passages_per_retrieval
 from arag.programs.frame.predictors import judged
@@ -50,7 +51,7 @@ from arag.signatures.notes import (
     WriteLongAnswerFromNote,
     WriteNote,
 )
-from arag.trace import ABSENT, Note, Query, Review, Stop, StopReason, current_trace, shown_probability, steps_of
+from arag.trace import ABSENT, Stop, StopReason, current_trace, shown_probability, steps_of
 
 T_IU = Param("t_iu", 1, "stop after this many updates that did not beat the best note", low=1, high=10,
              searched=True, search_range=(1, 3))

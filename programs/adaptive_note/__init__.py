@@ -1,0 +1,1 @@
+"""Adaptive-Note: the algorithm (`adaptive_note.py`) and its step kinds (`steps.py`)."""

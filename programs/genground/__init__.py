@@ -1,0 +1,1 @@
+"""GenGround: the algorithm (`genground.py`) and its step kinds (`steps.py`)."""

@@ -1,0 +1,1 @@
+"""SuRe: the algorithm (`sure.py`) and its step kinds (`steps.py`)."""
