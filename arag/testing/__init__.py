@@ -4,9 +4,10 @@ Scripted LMs (``engines``): a *responder* is a function ``responder(call: Script
 dict ``{output field: value}`` for adapter calls (ChatAdapter or JSONAdapter), or a plain string for raw prompts. A
 value may be a ``Scripted`` or ``Tokens`` to choose token probabilities. The same engine code answers in-process
 (``scripted_lm``) and over HTTP (``OpenAICompatibleServer``, in ``openai_server``). ``StandInModel`` (``stand_in``)
-is a responder that answers every arag signature, for the benchmarks. Fake retrievers (``retrievers``) give passages
-known in advance and record every query. ``HashingEncoder`` (``encoders``) embeds texts for dense indexes without a
-model: deterministic, fast, and not semantic.
+is a responder that answers every arag signature, for the benchmarks (each method's answers are registered from
+the ``stand_in.py`` of its folder in ``programs/``, which only this package imports). Fake retrievers
+(``retrievers``) give passages known in advance and record every query. ``HashingEncoder`` (``encoders``) embeds
+texts for dense indexes without a model: deterministic, fast, and not semantic.
 """
 
 from arag.testing.encoders import HashingEncoder

@@ -155,7 +155,8 @@ class ScriptedCall:
     ``[[ ## name ## ]]`` blocks of the last user message; ``output_fields``: names in signature order;
     ``prompt``: the system text and every message, joined by blank lines; ``model``: the requested model.
     ``adapter`` is "chat" or "json" for DSPy adapter prompts and "raw" for any other prompt
-    (``raw`` is then True and ``prompt`` is exactly the text sent).
+    (``raw`` is then True and ``prompt`` is exactly the text sent). ``input_fields``: the signature's input
+    names, in its order (``inputs`` holds those the last message gave).
     """
 
     instructions: str
@@ -165,6 +166,7 @@ class ScriptedCall:
     raw: bool
     adapter: str
     model: str = ""
+    input_fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -216,7 +218,7 @@ def scripted_call(
     last_user = next((text for role, text in reversed(turns) if role == "user"), "")
     adapter = "json" if json_mode or _JSON_STRUCTURE_MARKER in system else "chat"
     inputs = _input_blocks(last_user, input_names)
-    return ScriptedCall(instructions, inputs, output_names, prompt, False, adapter, model)
+    return ScriptedCall(instructions, inputs, output_names, prompt, False, adapter, model, tuple(input_names))
 
 
 def _plain_text(value: Any) -> str:
