@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import importlib.resources
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Sequence
 
 from arag.data._io import check_apart
 from arag.errors import AragError, ConfigError
+from arag.programs import PROGRAMS
 from arag.runs import COUNTS, Row, Run, load_runs
 from arag.trace import trace_declarations
 
@@ -31,6 +33,7 @@ COSTS = {  # the scatter's cost axes: a comparison row's key and its label
 }
 QUESTION_KEYS = ("id", "question", "answers")  # kept once per question, not once per run
 TEMPLATE = "report.html.j2"
+METHOD_VIEWS = "report.js"  # beside a program's module: its method's views of its own step kinds
 
 
 @dataclass
@@ -226,4 +229,16 @@ def render_html(data: dict[str, Any]) -> str:
         coverage=data["coverage"],
         data=base64.b64encode(packed).decode("ascii"),
         plotly_js=plotly.offline.get_plotlyjs(),
+        method_views=method_views(),
     )
+
+
+def method_views() -> str:
+    """The page's script for the methods' own step kinds: the `report.js` beside each registered program's module,
+    by package, each in a block of its own (its helpers stay its own)."""
+    parts = []
+    for package in sorted({program.__module__.rpartition(".")[0] for program in PROGRAMS.values()}):
+        fragment = importlib.resources.files(package) / METHOD_VIEWS
+        if fragment.is_file():
+            parts.append(f"// {package}: {METHOD_VIEWS}\n{{\n{fragment.read_text(encoding='utf-8')}}}\n")
+    return "".join(parts)

@@ -1,4 +1,6 @@
-// The report's page, part 2: a question's traces, each step drawn by the view of its declared kind.
+// The report's page, part 2: a question's traces, each step drawn by the view of its declared kind. The views of
+// the kinds programs share are here; each method's come from the `report.js` beside it (programs/crag/report.js,
+// ...), which the page holds after this part and which calls `addMethodViews`.
   // --- traces ----------------------------------------------------------------------------------------------
 
   // The declared step kinds (class name -> kind), the kinds of answer pieces and the stop reasons' sentences, as
@@ -7,22 +9,26 @@
   let PIECE_KINDS = new Set();
   let STOP_REASONS = {};
   let VIEWS = {};
+  const METHODS = [];
+
+  /** A method's views of its own kinds: `views()` gives {kind: view(step, context)} once the declarations are read
+   * (`K` is set then); a kind drawn by its fields alone names `genericStep`. `readTrace(trace, context)`, when
+   * given, notes in the context what the method's views need from the whole trace before a step is drawn
+   * (`context.onPath`: steps to mark as on the chosen path). */
+  function addMethodViews(views, readTrace) {
+    METHODS.push({ views, readTrace });
+  }
 
   function useDeclarations(declarations) {
     K = declarations.kinds;
     PIECE_KINDS = new Set(declarations.piece_kinds);
     STOP_REASONS = declarations.stop_reasons;
-    VIEWS = stepViews();
+    VIEWS = Object.assign(stepViews(), ...METHODS.map((method) => method.views()));
   }
 
   function traceContext(trace, run) {
-    const context = { params: run.params || {}, chosen: new Set(), dropped: new Set(), reviews: {}, action: null };
-    for (const step of trace) {
-      if (step.step === K.Chosen) (step.path || []).forEach((id) => context.chosen.add(id));
-      if (step.step === K.Dropped) (step.ids || []).forEach((id) => context.dropped.add(id));
-      if (step.step === K.Review) context.reviews[step.iteration] = step;
-      if (step.step === K.Action && !context.action) context.action = step;
-    }
+    const context = { params: run.params || {}, onPath: new Set() };
+    for (const method of METHODS) if (method.readTrace) method.readTrace(trace, context);
     return context;
   }
 
@@ -34,7 +40,7 @@
     if (written) box.append(written);
     box.append(h("ol", { class: "steps" }, trace.map((step) => {
       const view = VIEWS[step.step] || genericStep;
-      const onPath = step.step === K.Candidate && context.chosen.has(step.id);
+      const onPath = context.onPath.has(step);
       return h("li", { class: `step step-${step.step}${onPath ? " on-path" : ""}` }, view(step, context));
     })));
     return box;
@@ -143,14 +149,6 @@
     return badge(`${label} ${fmt(value)}`, low ? "bad" : "", low ? `at or below θ = ${threshold}` : null);
   }
 
-  function scoreBar(value, low, high, marks, color) {
-    const span = high - low || 1;
-    const at = (x) => `${(100 * (x - low) / span).toFixed(1)}%`;
-    return h("div", { class: "bar" },
-      h("div", { class: "fill", style: `width:${at(clamp(value, low, high))};background:${color}` }),
-      marks.filter(isNumber).map((mark) => h("div", { class: "mark", style: `left:${at(mark)}`, title: `threshold ${mark}` })));
-  }
-
   function genericStep(step) {
     return [head(step.step), fields(without(step))];
   }
@@ -174,7 +172,7 @@
     ];
   }
 
-  /** The view of each declared kind that is drawn otherwise than as its fields. */
+  /** The views of the kinds programs share (arag/trace/steps.py); a method's own come from its report.js. */
   const stepViews = () => ({
     [K.Retrieve]: (step) => [
       head(step.step, h("span", { class: "muted" }, `${step.why || ""} · k=${step.k}`)),
@@ -200,122 +198,6 @@
       step.stated !== undefined ? h("div", { class: "muted" }, `stated: ${step.stated}`) : null,
     ],
     [K.Unreadable]: (step) => [head("unreadable output", badge("fallback", "bad")), fields(without(step))],
-
-    // CRAG (and Self-CRAG): the evaluator's scores, the action, the refined strips, the knowledge search.
-    [K.Evaluate]: (step, context) => {
-      const action = context.action || {};
-      const scores = (step.scores || []).map((s) => s.score);
-      const low = Math.min(-1, ...scores, ...[action.lower].filter(isNumber));
-      const high = Math.max(1, ...scores, ...[action.upper].filter(isNumber));
-      return [
-        head(step.step, h("span", { class: "muted" }, step.scorer)),
-        (step.scores || []).map((s) => h("div", { class: "score-row", title: s.id },
-          h("span", {}, s.title || s.id),
-          scoreBar(s.score, low, high, [action.lower, action.upper],
-            s.score > action.upper ? "#34d399" : s.score < action.lower ? "#f87171" : "#fbbf24"),
-          h("span", {}, fmt(s.score)))),
-      ];
-    },
-    [K.Action]: (step) => [
-      head(step.step, badge(step.action, { correct: "good", incorrect: "bad", ambiguous: "warn" }[step.action])),
-      h("div", { class: "muted" }, `highest score ${fmt(step.max_score)}; thresholds: lower ${step.lower}, ` +
-        `upper ${step.upper}`),
-    ],
-    [K.Refine]: (step) => [
-      head(step.step, h("span", { class: "muted" }, `${step.source} · ${step.mode} · ${step.refinement}`)),
-      h("div", { class: "muted" }, `kept ${(step.kept || []).length} of ${(step.strip_scores || []).length} strips`),
-      (step.kept || []).map((strip) => h("div", { class: "strip" },
-        h("span", { class: "metric", style: `background:${metricColor((strip.score + 1) / 2)}` }, fmt(strip.score)),
-        strip.text)),
-    ],
-    [K.Rewrite]: (step) => [head(step.step), query(step.query),
-      step.reason ? h("div", { class: "muted" }, step.reason) : null],
-    [K.Search]: (step) => [head("knowledge search", step.skipped ? badge("skipped") : null), fields(without(step))],
-
-    // Self-RAG: retrieval decisions, critiqued candidates, the beam and the chosen path.
-    [K.RetrievalDecision]: (step) => [
-      head(`retrieval decision · depth ${step.depth}`, badge(step.decision, step.decision === "retrieve" ? "info" : ""),
-        step.parent ? h("span", { class: "muted" }, `after ${step.parent}`) : null),
-      isNumber(step.p_retrieve) ? h("div", { class: "muted" },
-        `p(retrieve) ${fmt(step.p_retrieve)} ${step.p_retrieve > step.delta ? ">" : "≤"} δ ${step.delta}`) :
-        h("div", { class: "muted" }, `mode ${step.mode}`),
-      step.probabilities ? critiques({ decision: step.probabilities }) : null,
-    ],
-    [K.Candidate]: (step, context) => [
-      head(`candidate ${step.id}`, h("span", { class: "muted" }, `depth ${step.depth}`),
-        context.chosen.has(step.id) ? badge("chosen path", "good") : null,
-        context.dropped.has(step.id) ? badge("dropped", "bad") : null,
-        step.continued ? badge("continued") : null, step.done ? badge("done") : null),
-      step.passage ? h("div", { class: "muted" }, "passage ", h("span", { class: "pid" }, step.passage)) : null,
-      textBlock(step.text),
-      critiques(step.critiques || {}),
-      h("div", { class: "muted" }, `sequence p ${fmt(step.sequence_prob)} · relevance ${fmt(step.relevance)} · ` +
-        `support ${fmt(step.support)} · utility ${fmt(step.utility)} → score ${fmt(step.score)}, path ` +
-        fmt(step.path_score)),
-    ],
-    [K.Beam]: (step) => [head(`beam · depth ${step.depth}`),
-      h("div", { class: "muted" }, `kept ${(step.kept || []).join(", ") || "none"}; finished ` +
-        `${(step.finished || []).join(", ") || "none"}`)],
-    [K.Dropped]: (step) => [head(step.step, badge((step.ids || []).join(", "), "bad")), h("div", { class: "muted" }, step.reason)],
-    [K.NoEvidence]: (step) => [head(`no evidence · depth ${step.depth}`), h("div", { class: "muted" }, step.reason)],
-    [K.Chosen]: (step) => [head("chosen path", badge((step.path || []).join(" → "), "good")),
-      h("div", { class: "muted" }, `score ${fmt(step.score)}; passages ${(step.passages || []).map((p) => p || "none").join(", ")}`)],
-    [K.Contexts]: (step) => [head(`knowledge forms · depth ${step.depth}`),
-      h("div", { class: "muted" }, `given: ${(step.given || []).join(", ") || "none"}; empty: ${(step.empty || []).join(", ") || "none"}`)],
-
-    // Adaptive-Note: the notes as they changed, the proposed queries, the reviewer's decisions.
-    [K.Note]: (step, context) => {
-      const review = context.reviews[step.iteration];
-      const verdict = step.iteration === 0 ? badge("first note", "info") : !review ? null :
-        review.better ? badge("better: the new best note", "good") : badge("not better: the best note stays", "bad");
-      return [
-        head(`note ${step.iteration}`, verdict, review && isNumber(review.p_better) ? badge(`p(better) ${fmt(review.p_better)}`) : null),
-        step.query ? query(step.query) : null,
-        h("div", { class: "muted" }, `${(step.new_ids || []).length} new passages` +
-          ((step.seen_ids || []).length ? `, ${step.seen_ids.length} already read` : "")),
-        textBlock(step.note),
-      ];
-    },
-    [K.Query]: (step) => [head(`query · iteration ${step.iteration}`, step.repeated ? badge("repeats an asked query", "bad") : null),
-      query(step.query)],
-    [K.Review]: (step) => [head(`review · note ${step.iteration}`,
-      step.better ? badge("better", "good") : badge("not better", "bad"),
-      isNumber(step.p_better) ? badge(`p(better) ${fmt(step.p_better)}`) : null)],
-
-    // GenGround: deductions, grounding batches (the one that found evidence marked), each hop's outcome.
-    [K.Deduce]: (step) => [
-      head(`deduce · hop ${step.hop}`, step.finished ? badge("final answer", "good") : null),
-      step.sub_question ? query(step.sub_question, "sub-question") : null,
-      h("div", {}, "deduced answer: ", h("b", {}, step.answer)),
-      step.reasoning ? more("reasoning", textBlock(step.reasoning)) : null,
-    ],
-    [K.Ground]: (step) => {
-      const outputs = step.outputs || {};
-      return [
-        head(`ground · hop ${step.hop} · batch ${step.batch}`,
-          step.evidence_found ? badge("evidence found", "good") : badge("no evidence", "")),
-        h("div", { class: "muted" }, "passages ", (step.passage_ids || []).map((id) => h("span", { class: "pid" }, `${id} `))),
-        (Array.isArray(outputs.evidence) ? outputs.evidence : []).map((quote) => h("div", { class: "strip" }, quote)),
-        outputs.revised_answer !== undefined ? h("div", {}, "revised answer: ", h("b", {}, outputs.revised_answer)) : null,
-        Object.keys(without(outputs, "evidence", "revised_answer")).length ?
-          more("other outputs", fields(without(outputs, "evidence", "revised_answer"))) : null,
-        step.inputs && step.inputs.passages ? more("the batch's passages", textBlock([].concat(step.inputs.passages).join("\n"))) : null,
-      ];
-    },
-    [K.Hop]: (step) => [
-      head(`hop ${step.hop}`, step.revised ? badge("revised by grounding", "info") : null),
-      query(step.sub_question, "sub-question"),
-      h("div", {}, "answer: ", step.revised ? `${step.deduced_answer} (deduced) → ` : "", h("b", {}, step.answer)),
-      h("div", { class: "muted" }, `${(step.batches || []).length} batch(es) tried; ${(step.evidence || []).length} evidence quote(s)`),
-    ],
+    [K.Read]: genericStep,
+    [K.Generate]: genericStep,
   });
-
-  function critiques(groups) {
-    const grid = h("div", { class: "critiques" });
-    for (const [group, probs] of Object.entries(groups)) {
-      const top = Math.max(...Object.values(probs));
-      grid.append(h("span", { class: "muted" }, group), h("span", { class: "labels" },
-        Object.entries(probs).map(([label, p]) => h("span", { class: p === top ? "top" : null }, `${label} ${fmt(p)}`))));
-    }
-    return grid;
-  }
