@@ -23,7 +23,7 @@ WORDS = (
     "Ed Wood Scott Derrickson Adam Clayton Allen Laleli Mosque Esma Sultan Mansion Gaza Strip Lyon"
 ).split()
 SUFFIXES = ("##s", "##ed", "##ing", "##er", "##ly", "##ion", "##ia", "##on")
-PUNCTUATION = tuple(".,?!:;'\"()-")
+PUNCTUATION = tuple(".,?!:;()-")
 
 
 @functools.lru_cache(maxsize=None)

@@ -327,6 +327,12 @@ class ScriptedEngine:
         self._rng = random.Random(faults.seed if faults else 0)
 
     @property
+    def attention_model(self) -> Any:
+        """The responder's attention model (`StandInModel`'s tiny random Llama), for the programs that read a model's
+        attention and entropies (DRAGIN); None when it carries none."""
+        return getattr(self.responder, "attention_model", None)
+
+    @property
     def count(self) -> int:
         """Requests received, faulted ones included."""
         with self._lock:

@@ -138,6 +138,17 @@ class StandInModel:
     def __init__(self) -> None:
         load_method_answers()
 
+    @property
+    def attention_model(self) -> Any:
+        """A tiny random Llama (`arag.testing.attention`) for the programs that read a model's attention and
+        entropies (DRAGIN), built on first use; None without transformers and torch."""
+        try:
+            from arag.testing.attention import tiny_attention_model
+
+            return tiny_attention_model()
+        except ImportError:
+            return None
+
     def __call__(self, call: ScriptedCall) -> dict[str, Any]:
         responder = responder_for(call.input_fields, call.output_fields)
         given = responder(call) if responder is not None else {}

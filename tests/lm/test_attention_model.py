@@ -12,7 +12,7 @@ pytest.importorskip("transformers", reason="the attention model needs the `atten
 
 from arag.errors import ConfigError  # noqa: E402
 from arag.lm.attention import AttentionModel, Generation, attention_model_for  # noqa: E402
-from arag.testing import scripted_lm  # noqa: E402
+from arag.testing import StandInModel, scripted_lm  # noqa: E402
 from arag.testing.attention import tiny_attention_model  # noqa: E402
 
 PROMPT = "Question: Who directed the film Ed Wood?\nAnswer:"
@@ -112,5 +112,5 @@ def test_the_model_comes_from_the_source_named_or_the_lms_engine(model, tmp_path
         attention_model_for(lm)
     with pytest.raises(ConfigError, match="no such file or folder"):
         attention_model_for(lm, str(tmp_path / "missing.gguf"))
-    lm.engine.attention_model = model
-    assert attention_model_for(lm) is model
+    carrying = scripted_lm(StandInModel())  # a responder's attention model, as the scripted engine carries it
+    assert attention_model_for(carrying) is tiny_attention_model() is model
