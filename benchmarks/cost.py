@@ -81,6 +81,11 @@ def hotpotqa_retriever(dataset: Path, work: Path) -> BM25Retriever:
     return BM25Retriever.build(load_corpus(dataset / "corpus.jsonl"), work / "bm25")
 
 
+def requests(lm: dspy.LM) -> int:
+    """The requests the stand-in answered: the scripted engine's, and its attention model's generations (DRAGIN)."""
+    return lm.engine.count + lm.engine.responder.attention_generations
+
+
 def measure(program_name: str, retriever, questions: list[dspy.Example]) -> Cost:
     """Run one program over the questions, one at a time, on a fresh stand-in LM."""
     lm = scripted_lm(StandInModel())
@@ -89,13 +94,13 @@ def measure(program_name: str, retriever, questions: list[dspy.Example]) -> Cost
     started = time.perf_counter()
     with dspy.context(lm=lm):
         for example in questions:
-            before = lm.engine.count
+            before = requests(lm)
             try:
                 prediction = program(question=example.question)
             except Exception as exc:  # noqa: BLE001 — a failure is a finding, reported in the table
                 cost.failures.append(f"{example.id}: {type(exc).__name__}: {exc}"[:300])
                 continue
-            cost.requests.append(lm.engine.count - before)
+            cost.requests.append(requests(lm) - before)
             cost.required.append(program.required_lm_calls(prediction.trace))
             cost.lm_calls.append(prediction.lm_calls)
             cost.prompt_tokens.append(prediction.prompt_tokens)

@@ -72,6 +72,7 @@ class AttentionModel:
         self.name = name
         self.threads = threads  # torch's threads while it runs (None: torch's own setting, every core)
         self.lock = threading.Lock()
+        self.generations = 0  # calls to generate, as an engine counts its requests
 
     @classmethod
     def load(cls, source: str | Path, threads: int | None = None) -> AttentionModel:
@@ -108,8 +109,8 @@ class AttentionModel:
 
     def generate(self, prompt: str, max_new_tokens: int, stop: str | None = None) -> Generation:
         """Greedy decoding of at most ``max_new_tokens`` tokens after ``prompt`` (no logits processor, no
-        sampling), ended early by the model's end of sequence (dropped) or by a token whose text holds ``stop`` (kept
-        whole: ``cut`` removes it). Entropies come from the model's raw logits."""
+        sampling), ended early by an end of sequence or another special token (dropped) or by a token whose text
+        holds ``stop`` (kept whole: ``cut`` removes it). Entropies come from the model's raw logits."""
         import torch
         from transformers import GenerationConfig, StoppingCriteriaList
 
@@ -120,6 +121,7 @@ class AttentionModel:
         inputs = torch.tensor([prompt_ids])
         criteria = StoppingCriteriaList([self._stop_at(stop, len(prompt_ids))] if stop else [])
         with self.running(), torch.inference_mode():
+            self.generations += 1
             output = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=config,
                                          stopping_criteria=criteria, output_logits=True, return_dict_in_generate=True)
         new_ids = output.sequences[0, len(prompt_ids):].tolist()
@@ -176,10 +178,12 @@ class AttentionModel:
         return StopAtText()
 
     def _end_ids(self) -> frozenset[int]:
+        """The tokens that end a generation: the model's ends of sequence and every special token but the unknown
+        one (a raw completion that writes <|endoftext|> or a chat marker has left its text)."""
         ends = self.model.generation_config.eos_token_id
-        ends = [] if ends is None else [ends] if isinstance(ends, int) else list(ends)
-        if self.tokenizer.eos_token_id is not None:
-            ends.append(self.tokenizer.eos_token_id)
+        ends = set() if ends is None else {ends} if isinstance(ends, int) else set(ends)
+        ends.update(self.tokenizer.all_special_ids)
+        ends.discard(self.tokenizer.unk_token_id)
         return frozenset(ends)
 
 

@@ -137,17 +137,25 @@ class StandInModel:
 
     def __init__(self) -> None:
         load_method_answers()
+        self._attention_model = None
 
     @property
     def attention_model(self) -> Any:
         """A tiny random Llama (`arag.testing.attention`) for the programs that read a model's attention and
         entropies (DRAGIN), built on first use; None without transformers and torch."""
-        try:
-            from arag.testing.attention import tiny_attention_model
+        if self._attention_model is None:
+            try:
+                from arag.testing.attention import tiny_attention_model
 
-            return tiny_attention_model()
-        except ImportError:
-            return None
+                self._attention_model = tiny_attention_model.__wrapped__()
+            except ImportError:
+                return None
+        return self._attention_model
+
+    @property
+    def attention_generations(self) -> int:
+        """The generations its attention model made (0 before one is built): requests, as the engine counts them."""
+        return 0 if self._attention_model is None else self._attention_model.generations
 
     def __call__(self, call: ScriptedCall) -> dict[str, Any]:
         responder = responder_for(call.input_fields, call.output_fields)

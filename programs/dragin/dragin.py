@@ -59,7 +59,7 @@ THRESHOLD = Param("threshold", 1.2, "retrieve when a generated word's S = H × a
                   "0.6-1.5; 0: at the first content word a later word attends to; 10000: never)",
                   low=0.0, high=10000.0, searched=True, search_range=(0.0, 3.0))
 TOP_N = Param("top_n", 35, "QFS: the words the query keeps, those the trigger attends to most (the official configs: "
-              "25 or 35)", low=1, high=200, searched=True, search_range=(5, 50))
+              "25 or 35)", low=1, high=200)
 MAX_LENGTH = Param("max_length", 100, "tokens per generation, and the answer's length past which writing stops (the "
                    "official configs: 64 2Wiki, 100 HotpotQA and StrategyQA, 128 IIRC)", low=8, high=512)
 TRUNCATE = Param("truncate", "sentence", "what a trigger drops of the generation: the triggering sentence (the "
@@ -87,10 +87,11 @@ class Dragin(RAGProgram):
 
     name = "dragin"
     lm_calls_formula = "1 per RIND check + 1 per continuation after a trigger, +1 to complete a missing answer"
-    follows = ("RIND (S = H × a_max × s, any S > threshold) and QFS (the trigger's last-layer attention, top n words "
-               "in order) as the paper defines them; the official code's word merging, per-sentence rescaling, "
-               "second attention pass, continuation (first sentence kept), stop rules, answer completion and configs "
-               "(k=3, top_n 25/35, max_length 64-128, threshold 0.8-1.3)")
+    follows = ("Su et al., ACL 2024 (arXiv 2403.10081) and its official code oneal2000/DRAGIN@4d71efc "
+               "(src/generate.py, src/eval.py, config/): RIND (S = H × a_max × s, any S > threshold) and QFS (the "
+               "trigger's last-layer attention, top n words in order) as the paper defines them; the official code's "
+               "word merging, per-sentence rescaling, second attention pass, continuation (first sentence kept), stop "
+               "rules, answer completion and configs (k=3, top_n 25/35, max_length 64-128, threshold 0.8-1.3)")
     departures = (
         "s zeroes stopwords inside S before the threshold, as the paper's Eq. 5 does; the code compares H × a with the "
         "threshold and filters content words only after a trigger (src/generate.py:507-518)",

@@ -202,18 +202,20 @@ def tiny_model():
 
 
 def independent_reading(model, prompt: str, max_tokens: int):
-    """Words, H, rescaled a and S of a greedy generation, from plain forward passes without a cache: a token
-    continues a word when it is a `##` piece or closing punctuation; stopwords are NLTK's, as bm25s ships them."""
+    """Words, H, rescaled a and S of a greedy generation (ended by a special token other than the unknown one), from
+    plain forward passes without a cache: a token continues a word when it is a `##` piece or closing punctuation;
+    stopwords are NLTK's, as bm25s ships them."""
     import torch
     from bm25s.stopwords import STOPWORDS_EN_PLUS
 
     from arag.programs.frame.sentences import split_sentences
 
     ids, entropies = model.encode(prompt), []
+    ends = set(model.tokenizer.all_special_ids) - {model.tokenizer.unk_token_id}
     with torch.inference_mode():
         for _ in range(max_tokens):
             logits = model.model(torch.tensor([ids])).logits[0, -1].double()
-            if int(logits.argmax()) == model.tokenizer.eos_token_id:
+            if int(logits.argmax()) in ends:
                 break
             p = torch.softmax(logits, dim=-1)
             entropies.append(float(-(p * torch.log(p)).sum()))
