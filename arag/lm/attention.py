@@ -209,12 +209,13 @@ def _loaded(path: str) -> AttentionModel:
 
 def attention_model_for(lm: Any, source: str = "", threads: int | None = None) -> AttentionModel:
     """The attention model a program runs: ``source`` (a GGUF file, a Hugging Face model folder, or a model of
-    `arag models`) run on ``threads`` threads, else the model of ``lm``: a local GGUF model's file (``--lm local``,
-    on the LM's threads), or the ``attention_model`` its engine carries (a test's). A ConfigError names what is
-    missing."""
-    if source:
-        return AttentionModel.load(model_path(source) if source in MODELS else source, threads)
+    `arag models`) run on ``threads`` threads (else a local LM's), else the model of ``lm``: a local GGUF model's file
+    (``--lm local``, on the LM's threads), or the ``attention_model`` its engine carries (a test's). A ConfigError
+    names what is missing."""
     engine = getattr(lm, "engine", None)
+    if source:
+        threads = threads or (engine.threads if isinstance(engine, LlamaEngine) else None)
+        return AttentionModel.load(model_path(source) if source in MODELS else source, threads)
     if isinstance(engine, LlamaEngine):
         return AttentionModel.load(engine.model_path, engine.threads)
     carried = getattr(engine, "attention_model", None)

@@ -12,6 +12,7 @@ pytest.importorskip("transformers", reason="the attention model needs the `atten
 
 from arag.errors import ConfigError  # noqa: E402
 from arag.lm.attention import AttentionModel, Generation, attention_model_for  # noqa: E402
+from arag.lm.local import LlamaEngine  # noqa: E402
 from arag.testing import StandInModel, scripted_lm  # noqa: E402
 from arag.testing.attention import tiny_attention_model  # noqa: E402
 
@@ -108,6 +109,9 @@ def test_a_hugging_face_folder_loads_as_the_same_model(model, tmp_path):
     loaded = AttentionModel.load(tmp_path, threads=1)
     assert loaded.threads == 1
     assert loaded.generate(PROMPT, 6).token_ids == model.generate(PROMPT, 6).token_ids
+    unread = tmp_path.parent / "unread.gguf"  # a local LM's file, never loaded: the folder named wins, on its threads
+    unread.write_bytes(b"GGUF")
+    assert attention_model_for(LlamaEngine(unread, threads=3).lm(), str(tmp_path)) is loaded and loaded.threads == 3
 
 
 def test_the_model_comes_from_the_source_named_or_the_lms_engine(model, tmp_path):
