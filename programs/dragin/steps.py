@@ -20,7 +20,8 @@ class RindCheck(Step, kind="rind", decision="triggered"):
     scores: list[float]
     threshold: float
     triggered: bool
-    stopped: str  # why the generation ended: eos, stop (the end of the answer's line) or length
+    stopped: str  # why the generation ended: eos (an end of sequence or other special token), stop (the end of the
+    # answer's line) or length
     trigger: str = ABSENT  # the first word whose S exceeds the threshold, its position among the words and its S
     trigger_index: int = ABSENT
     trigger_score: float = ABSENT
