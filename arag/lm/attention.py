@@ -32,13 +32,15 @@ INSTALL_HINT = "pip install 'dspy-arag[attention]'"
 @dataclass(frozen=True)
 class Generation:
     """A greedy continuation: its tokens, the text each adds, and the entropy (nats, over the whole vocabulary) of
-    the distribution each was chosen from; ``stopped`` says why it ended (``eos``, ``stop`` or ``length``)."""
+    the distribution each was chosen from; ``stopped`` says why it ended (``eos``, ``stop`` or ``length``). The prompt's
+    tokens that it shares with the generation before (the worked examples) are read from that one's cache."""
 
     prompt_tokens: int
     token_ids: tuple[int, ...]
     pieces: tuple[str, ...]
     entropies: tuple[float, ...]
     stopped: str
+    reused_tokens: int = 0  # of the prompt's tokens, those read from the cache of the generation before
 
     @property
     def text(self) -> str:
@@ -73,6 +75,7 @@ class AttentionModel:
         self.threads = threads  # torch's threads while it runs (None: torch's own setting, every core)
         self.lock = threading.Lock()
         self.generations = 0  # calls to generate, as an engine counts its requests
+        self.kept: tuple[list[int], Any] | None = None  # the tokens the last generation's cache holds, and that cache
 
     @classmethod
     def load(cls, source: str | Path, threads: int | None = None) -> AttentionModel:
@@ -122,8 +125,13 @@ class AttentionModel:
         criteria = StoppingCriteriaList([self._stop_at(stop, len(prompt_ids))] if stop else [])
         with self.running(), torch.inference_mode():
             self.generations += 1
+            cache, reused = self._reusable_cache(prompt_ids)
             output = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), generation_config=config,
-                                         stopping_criteria=criteria, output_logits=True, return_dict_in_generate=True)
+                                         stopping_criteria=criteria, output_logits=True, return_dict_in_generate=True,
+                                         **{self._cache_argument(): cache})
+            held = getattr(output, self._cache_argument(), None)
+            if held is not None:
+                self.kept = (output.sequences[0].tolist()[: held.get_seq_length()], held)
         new_ids = output.sequences[0, len(prompt_ids):].tolist()
         log_probs = torch.log_softmax(torch.stack(output.logits)[:, 0].double(), dim=-1)
         entropies = (-(log_probs.exp() * log_probs).sum(dim=-1)).tolist()[: len(new_ids)]
@@ -132,7 +140,35 @@ class AttentionModel:
             new_ids, entropies, stopped = new_ids[:-1], entropies[:-1], "eos"
         elif stop and stop in self.tokenizer.decode(new_ids):
             stopped = "stop"
-        return Generation(len(prompt_ids), tuple(new_ids), tuple(self.pieces(new_ids)), tuple(entropies), stopped)
+        return Generation(len(prompt_ids), tuple(new_ids), tuple(self.pieces(new_ids)), tuple(entropies), stopped,
+                          reused)
+
+    @staticmethod
+    def _cache_argument() -> str:
+        """What generate calls the cache it starts from and returns: ``cache`` in recent transformers 5 releases,
+        ``past_key_values`` before."""
+        from transformers.generation import GenerateDecoderOnlyOutput
+
+        return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+
+    def _reusable_cache(self, prompt_ids: list[int]) -> tuple[Any, int]:
+        """The last generation's cache cut to the prefix it shares with ``prompt_ids`` (the worked examples of a
+        prompt like the one before), and that prefix's length; (None, 0) when none is shared. The cache is handed
+        over (the caller's generation extends it), so it is forgotten here until that generation keeps its own."""
+        if self.kept is None:
+            return None, 0
+        held_ids, cache = self.kept
+        self.kept = None
+        shared = 0
+        for held, new in zip(held_ids, prompt_ids[:-1]):  # the prompt's last token is evaluated anew, for its logits
+            if held != new:
+                break
+            shared += 1
+        if shared == 0:
+            return None, 0
+        if shared < len(held_ids):
+            cache.crop(shared - len(held_ids))  # a negative count removes that many: the same in transformers 4 and 5
+        return cache, shared
 
     def last_layer_attention(self, token_ids: Sequence[int]) -> np.ndarray:
         """The last layer's attention over ``token_ids`` in one forward pass: an array [head, query, key] whose

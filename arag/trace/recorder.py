@@ -133,7 +133,8 @@ def shown_probability(p: float) -> float:
     return float(f"{p:.4g}")
 
 
-def count_lm_work(*, lm_calls: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0) -> None:
+def count_lm_work(*, lm_calls: int = 0, prompt_tokens: int = 0, completion_tokens: int = 0,
+                  reused_prompt_tokens: int = 0) -> None:
     """Count LM work done outside DSPy in the active trace (a model this process runs for what DSPy cannot ask of
     it, such as the attention model's generations and forward passes), as DSPy's callbacks and usage tracker count
     the calls made through it. A call's cap is checked before it is made (`arag.concurrency.lm_slot`)."""
@@ -145,6 +146,7 @@ def count_lm_work(*, lm_calls: int = 0, prompt_tokens: int = 0, completion_token
         counts.lm_calls += lm_calls
         counts.prompt_tokens += prompt_tokens
         counts.completion_tokens += completion_tokens
+        counts.reused_prompt_tokens += reused_prompt_tokens
 
 
 def current_trace() -> Trace | None:

@@ -198,8 +198,8 @@ class Dragin(RAGProgram):
         """A greedy generation, counted as an LM call against the question's cap, cut at the answer line's end."""
         with lm_slot():
             generation = model.generate(prompt, max_tokens or self.max_length, stop=prompts.END_OF_ANSWER)
-        count_lm_work(lm_calls=1, prompt_tokens=generation.prompt_tokens,
-                      completion_tokens=len(generation.token_ids))
+        count_lm_work(lm_calls=1, prompt_tokens=generation.prompt_tokens, completion_tokens=len(generation.token_ids),
+                      reused_prompt_tokens=generation.reused_tokens)
         return generation.cut(prompts.END_OF_ANSWER)
 
     def attention_over(self, model: AttentionModel, token_ids) -> Any:

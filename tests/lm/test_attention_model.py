@@ -55,6 +55,20 @@ def test_generation_is_greedy_and_its_entropies_are_the_full_vocabulary_ones(mod
     assert not ends & set(generation.token_ids)
 
 
+def test_a_prompt_sharing_the_last_ones_prefix_reads_it_from_the_cache(model):
+    model.kept = None
+    first = model.generate(PROMPT, 5)
+    longer = PROMPT + " Ed Wood"
+    cached = model.generate(longer, 5)
+    assert first.reused_tokens == 0 and cached.reused_tokens >= len(model.encode(PROMPT))
+    model.kept = None
+    fresh = model.generate(longer, 5)
+    assert fresh.reused_tokens == 0 and fresh.token_ids == cached.token_ids
+    assert fresh.entropies == pytest.approx(cached.entropies, abs=1e-5)
+    unrelated = model.generate("Scott Derrickson", 3)  # nothing shared but what the tokenizer puts first
+    assert unrelated.reused_tokens <= 1
+
+
 def test_a_stop_text_ends_the_generation_and_cut_drops_it(model):
     free = model.generate(PROMPT, 12)
     stop = free.pieces[4]  # a word the model writes fifth
