@@ -28,7 +28,7 @@ from arag.retrievers.encoders import (
     probe_cosine,
 )
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 SAME_VECTORS = 0.9999
 """The cosine above which two backends' unit vectors of a text count as the same (measured: 0.9999999)."""
 HAS_ONNX = all(importlib.util.find_spec(name) for name in ("onnx", "onnxruntime"))
@@ -230,7 +230,7 @@ def test_the_dense_extra_installs_no_torch_and_dense_torch_does():
 
 @needs_both
 def test_the_backends_benchmark_runs_and_finds_the_same_top_10(shared_dataset):
-    benchmark = Path(__file__).resolve().parents[1] / "benchmarks" / "dense_backends.py"
+    benchmark = Path(__file__).resolve().parents[2] / "benchmarks" / "dense_backends.py"
     done = subprocess.run([sys.executable, str(benchmark), "--quick", "--dataset", str(shared_dataset("hotpotqa"))],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
