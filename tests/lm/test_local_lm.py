@@ -29,7 +29,7 @@ from arag.trace import Answer, Retrieve, Sentence, is_step, recording  # noqa: E
 
 pytestmark = pytest.mark.local_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOTPOT = ROOT.parent / "shared" / "datasets" / "hotpotqa"
 
 
