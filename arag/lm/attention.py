@@ -4,7 +4,8 @@ each layer and the full-vocabulary distribution each generated token is chosen f
 ``AttentionModel.load(source)`` reads a GGUF file (transformers dequantises its weights to float32: the same
 weights llama.cpp runs, at four to eight times the memory) or a Hugging Face model folder, with eager attention (the
 SDPA kernels return no weights). ``generate`` decodes greedily, with no logits processor, and gives each token's
-entropy over the whole vocabulary, read from the model's own logits; ``last_layer_attention`` runs one forward
+entropy over the whole vocabulary, read from the model's own logits (the prefix a prompt shares with the one before
+is read from that generation's cache); ``last_layer_attention`` runs one forward
 pass over given tokens and gives the last layer's attention, per head. ``attention_model_for`` finds the model a
 run's LM stands on (a local GGUF model) or the one a program names. Models load once per process; one lock
 serialises their calls. Needs the ``attention`` extra (transformers, torch, gguf and accelerate, which transformers

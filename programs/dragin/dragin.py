@@ -68,7 +68,7 @@ TRUNCATE = Param("truncate", "sentence", "what a trigger drops of the generation
 ATTENTION_MODEL = Param("attention_model", "", "the model whose attention and entropies are read, and which writes: a "
                         "GGUF file, a Hugging Face model folder or a model of `arag models` (empty: the LM's own GGUF "
                         "file, with --lm local); it runs in float32 on transformers: on 2 shared cores SmolLM2-135M "
-                        "takes 0.2 s a token and 20-60 s a HotpotQA question, the 1.5B model 1.2 s and about 7 "
+                        "takes 0.2 s a token and 9-30 s a HotpotQA question, the 1.5B model 1.2 s and about 3 "
                         "minutes, after 1 and 4 minutes of loading", tunable=False)
 K = passages_per_retrieval(3, "the official configs' retrieve_topk")
 ANSWER_TOKENS = 20  # the completion of a missing answer (src/eval.py:47)
