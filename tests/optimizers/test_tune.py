@@ -27,7 +27,7 @@ for command in (compile_command, tune_command):
     if command.name not in main.commands:
         main.add_command(command)
 
-WRITTEN_SAMPLE = Path(__file__).parent / "fixtures_data" / "written_sample"  # small, famous facts
+WRITTEN_SAMPLE = Path(__file__).parents[1] / "fixtures_data" / "written_sample"  # small, famous facts
 QUESTIONS, CORPUS = WRITTEN_SAMPLE / "questions.jsonl", WRITTEN_SAMPLE / "corpus.jsonl"
 EXAMPLES = load_examples(QUESTIONS)
 BY_QUESTION = {e.question: e for e in EXAMPLES}
