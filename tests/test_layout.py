@@ -32,12 +32,6 @@ MAX_LINES = 450
 SOURCE_FOLDERS = ("arag", "benchmarks", "data", "docs", "optimizers", "programs", "retrievers", "scripts",
                   "signatures", "tests")
 SOURCE_SUFFIXES = (".py", ".js", ".css", ".j2", ".sh")
-LONG_TESTS = {
-    # Test files written before the limit, each at the length it had then: none may grow, and each leaves this
-    # list once split below the limit.
-    "tests/test_data_loaders.py": 510,
-    "tests/test_hardening.py": 555,
-}
 
 
 def package_folders() -> dict[str, Path]:
@@ -150,7 +144,5 @@ def test_no_source_file_over_450_lines():
     lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
                for path in source_files()}
     assert len(lengths) > 150  # the scope above found the project's files
-    too_long = {name: lines for name, lines in lengths.items() if lines > LONG_TESTS.get(name, MAX_LINES)}
+    too_long = {name: lines for name, lines in lengths.items() if lines > MAX_LINES}
     assert not too_long, f"files over {MAX_LINES} lines (split them by job): {too_long}"
-    split = sorted(name for name in LONG_TESTS if lengths.get(name, 0) <= MAX_LINES)
-    assert not split, f"now within {MAX_LINES} lines: remove them from LONG_TESTS: {split}"

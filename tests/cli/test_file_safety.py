@@ -1,5 +1,6 @@
 """Files given to arag are data: a parameters, compiled or router file may not choose where arag connects or which
-key it sends; a command never writes over its own input; a compiled file has limits and holds no LM."""
+key it sends; a command never writes over its own input; a compiled file has limits and holds no LM. And the API key
+is in no file a run writes and nothing it prints."""
 
 import json
 import os
@@ -7,14 +8,16 @@ import subprocess
 import sys
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import ujson
+from test_cli_bad_input import Proxy
 
 from arag.cli_options import given_params
-from arag.data import load_corpus, sample_paths
+from arag.data import load_corpus, load_examples, sample_paths
 from arag.errors import ConfigError, DataError
 from arag.optimizers import saving
 from arag.optimizers.saving import load_program, read_compiled, save_program
@@ -316,3 +319,51 @@ def test_arag_eval_refuses_an_oversized_demo_in_one_line_before_any_lm_call(save
         assert lm.requests == []
     assert done.returncode == 2 and len(error_lines(done)) == 1, done.stderr
     assert "['demos'][0] is 20,971,5" in error_lines(done)[0] and "over the limit of 262,144" in error_lines(done)[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The API key: sent to the LM server, and nowhere else
+
+SECRET_KEY = "sk-arag-test-SECRET-5f0c2b9e7d41"
+SAMPLE_BY_QUESTION = {example.question: example for example in load_examples(QUESTIONS)}
+
+
+def evidence_reader(call):
+    """Right when both supporting passages are among at most three given, else "unknown": em peaks at a middle k."""
+    example = SAMPLE_BY_QUESTION[call.inputs["question"]]
+    titles = {passage.split("] ", 1)[1].split(" | ")[0] for passage in json.loads(call.inputs["passages"])}
+    right = set(example.supporting_titles) <= titles and len(titles) <= 3
+    answer = example.answers[0] if right else "unknown"
+    return {field: answer if field == "answer" else "." for field in call.output_fields}
+
+
+def files_holding(folder: Path, secret: str) -> list[str]:
+    needle = secret.encode()
+    return [str(path) for path in folder.rglob("*") if path.is_file() and needle in path.read_bytes()]
+
+
+def test_the_api_key_appears_in_no_file_and_no_output(tmp_path):
+    questions, corpus = sample_paths()
+    env = {**os.environ, "OPENAI_API_KEY": SECRET_KEY, "ARAG_HOME": str(tmp_path / "home"),
+           "DSPY_CACHEDIR": str(tmp_path / "dspy-cache")}
+    with OpenAICompatibleServer(evidence_reader) as server, Proxy(server.url, drop_logprobs=False) as proxy:
+        lm = ["--corpus", str(corpus), "--lm", "openai/keyed", "--api-base", proxy.url]
+        runs = {
+            "eval": ["eval", "--program", "single-rag", "--dataset", str(questions), *lm, "--logprobs",
+                     "--threads", "2", "--out", str(tmp_path / "eval")],
+            "compile": ["compile", "--program", "single-rag", "--trainset", str(questions), "--limit", "6", *lm,
+                        "--out", str(tmp_path / "compiled.json")],
+            "tune": ["tune", "--program", "single-rag", "--devset", str(questions), "--limit", "6", *lm,
+                     "--objective", "em", "--range", "k=1:4", "--trials", "2", "--out", str(tmp_path / "tune")],
+            "failing": ["eval", "--program", "single-rag", "--dataset", str(questions), *lm,
+                        "--retriever", "http://127.0.0.1:9/api/search", "--out", str(tmp_path / "failing")],
+        }
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            done = dict(zip(runs, pool.map(lambda argv: cli("-v", *argv, env=env), runs.values())))
+    assert [done[name].returncode for name in runs] == [0, 0, 0, 2], {n: d.stderr[-500:] for n, d in done.items()}
+    assert proxy.authorizations and set(proxy.authorizations) == {f"Bearer {SECRET_KEY}"}
+    assert all(SECRET_KEY not in d.stdout + d.stderr for d in done.values())
+    written = [tmp_path / "eval" / "predictions.jsonl", tmp_path / "compiled.json",
+               tmp_path / "tune" / "best_params.json"]
+    assert all(path.is_file() for path in written) and any((tmp_path / "dspy-cache").rglob("*"))
+    assert files_holding(tmp_path, SECRET_KEY) == []

@@ -1,4 +1,5 @@
-"""The `arag` command line, end to end over a loopback OpenAI-compatible server."""
+"""The `arag` command line, end to end over a loopback OpenAI-compatible server: among others, runs killed and
+resumed, and a run folder that a second process wants."""
 
 import os
 import signal
@@ -6,13 +7,15 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import ujson
 from click.testing import CliRunner
 
 from arag.cli import main
-from arag.data import sample_paths
+from arag.data import load_examples, sample_paths
+from arag.runs import read_rows
 from arag.testing import OpenAICompatibleServer, Scripted
 
 ANSWER_PROBS = [0.9, 0.5, 0.8]
@@ -185,6 +188,79 @@ def test_a_killed_eval_resumes_to_the_same_rows(tmp_path):
     assert rows(killed) == rows(tmp_path / "whole")
     assert len(rows(killed)) == 24
     assert ujson.loads((killed / "summary.json").read_text())["complete"] is True
+
+
+@pytest.mark.slow
+def test_an_adaptive_note_eval_killed_twice_resumes_to_the_uninterrupted_rows(tmp_path):
+    questions, corpus = sample_paths()
+
+    def command(out: Path) -> list[str]:
+        return [sys.executable, "-m", "arag.cli", "eval", "--program", "adaptive-note", "--dataset", str(questions),
+                "--corpus", str(corpus), "--lm", "openai/notes", "--api-base", server.url, "--threads", "3",
+                "--limit", "12", "--out", str(out)]
+
+    def notes(call):
+        if "query" in call.output_fields:
+            return {"query": f"query {len(call.inputs['asked_queries'])} for {call.inputs['question'][:20]}"}
+        if "better" in call.output_fields:
+            return {"better": len(call.inputs["new_note"]) > len(call.inputs["best_note"])}
+        written = f"{call.inputs['question'][:15]} {len(call.inputs.get('note', ''))}"
+        return {field: written for field in call.output_fields}
+
+    def env(cache: str) -> dict:
+        return {**os.environ, "ARAG_HOME": str(tmp_path / "home"), "DSPY_CACHEDIR": str(tmp_path / cache)}
+
+    killed = tmp_path / "killed"
+    with OpenAICompatibleServer(notes, latency=0.03) as server:
+        subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, env=env("cache-whole"),
+                       timeout=300)
+        for rows_before_kill in (2, 7):
+            proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=env("cache-killed"))
+            predictions = killed / "predictions.jsonl"
+            deadline = time.time() + 120
+            while time.time() < deadline and (
+                    not predictions.exists() or predictions.read_text().count("\n") < rows_before_kill):
+                time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            assert predictions.read_text().count("\n") < 12, "the run finished before it could be killed"
+        subprocess.run(command(killed), check=True, capture_output=True, env=env("cache-killed"), timeout=300)
+
+    def answers(out: Path) -> dict:
+        rows = [row.to_json() for row in read_rows(out / "predictions.jsonl")]
+        assert len({row["id"] for row in rows}) == len(rows) == 12, "an example was lost or answered twice"
+        return {row["id"]: (row["prediction"], row["metrics"], row["lm_calls"], row["trace"]) for row in rows}
+
+    assert answers(killed) == answers(tmp_path / "whole")
+    assert ujson.loads((killed / "summary.json").read_text())["complete"] is True
+    assert not list(killed.glob("*.tmp"))
+
+
+def test_a_second_eval_on_a_busy_folder_exits_naming_the_holder_and_the_first_counts_every_call(tmp_path):
+    questions, corpus = sample_paths()
+    out = tmp_path / "run"
+    env = {**os.environ, "ARAG_HOME": str(tmp_path / "home")}
+    with OpenAICompatibleServer(chief_of_protocol, latency=0.4) as server:
+        argv = ["eval", "--program", "single-rag", "--dataset", str(questions), "--corpus", str(corpus),
+                "--lm", f"openai/busy-{os.getpid()}-{time.time_ns()}", "--api-base", server.url, "--out", str(out)]
+        first = subprocess.Popen([sys.executable, "-m", "arag.cli", *argv], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=env)
+        predictions = out / "predictions.jsonl"
+        deadline = time.time() + 120
+        while time.time() < deadline and not (predictions.exists() and predictions.read_text().count("\n") >= 1):
+            time.sleep(0.05)
+        second = arag(*argv, env=env)
+        first_output = first.communicate(timeout=300)
+        calls = server.engine.count
+    assert first.returncode == 0, first_output
+    assert second.returncode == 2 and len(second.stderr.splitlines()) == 1, second.stderr
+    assert second.stderr.startswith(f"error: {out} is in use by another arag run (pid {first.pid} on ")
+    rows, n = read_rows(predictions), len(load_examples(questions))
+    assert len(rows) == len({row.id for row in rows}) == n
+    summary = ujson.loads((out / "summary.json").read_text())
+    assert summary["n"] == n and summary["totals"]["lm_calls"] == calls == n
+
 
 
 def test_serve_answers_dspy_colbertv2_with_the_index_passages(tmp_path):

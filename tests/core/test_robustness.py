@@ -1,7 +1,15 @@
 """A real model's output on scripted endpoints: budgets that servers honour, log-probabilities that arrive,
-outputs decoded under the signature's schema, and failures that stay with their question."""
+outputs decoded under the signature's schema, and failures that stay with their question; LM faults over a
+300-question evaluation, retried as DSPy retries them, and over HTTP through the command line."""
 
 from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+import time
 
 import dspy
 import pytest
@@ -14,9 +22,11 @@ from arag.errors import QuestionFailed
 from arag.evaluate import evaluate
 from arag.lm import build_lm, complete_raw, completions_lm
 from arag.programs import build_program
+from arag.runs import read_rows
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import (
     NUMBERED,
+    Faults,
     OpenAICompatibleServer,
     Scripted,
     TemplateRetriever,
@@ -235,3 +245,122 @@ def test_a_trial_whose_questions_all_reach_the_cap_is_pruned_and_a_study_stops_a
     assert len(limited.study.trials) < 10 and limited.cost["lm_calls_spent"] >= 30
     most_a_trial_spent = max(t.user_attrs["arag"]["lm_calls_spent"] for t in limited.study.trials)
     assert limited.cost["lm_calls_spent"] - 30 < most_a_trial_spent
+
+
+# --- LM faults: retried as DSPy retries them, else kept with their question ------------------------
+
+RETRYABLE = ("timeout", "rate_limit", "server_error")
+FAULT_MESSAGES = {"timeout": "LMTimeoutError", "rate_limit": "LMRateLimitError", "server_error": "LMServerError",
+                  "unparseable": "AdapterParseError"}
+
+
+def add_one(call):
+    """Answers "N+1" to "What is N plus one?" (a long answer ends "So the answer is N+1."), a short text elsewhere."""
+    match = re.search(r"\d+", call.inputs.get("question", ""))
+    answer = str(int(match.group()) + 1) if match else "Budapest"
+    continuation = "" if call.inputs.get("answer_so_far") else f"So the answer is {answer}."
+    return {field: answer if field == "answer" else continuation if field == "continuation" else "Counting on."
+            for field in call.output_fields}
+
+
+def sums(n: int) -> list[dspy.Example]:
+    return [dspy.Example(id=f"q{i:03d}", question=f"What is {i} plus one?", answers=[str(i + 1)])
+            .with_inputs("question") for i in range(n)]
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "arag.cli", *args], capture_output=True, text=True,
+                          env=env or os.environ.copy(), timeout=timeout)
+
+
+def expected_outcome(kinds: list[str | None], num_retries: int) -> tuple[list[str], str | None]:
+    """What DSPy does with one question's successive fault draws (None = a clean answer): the adapter of each
+    request, and the fault that ends the question (None when it is answered). Each LM call is retried
+    `num_retries` times on timeouts, 429 and 500; an unparseable answer sends the text adapter to JSON."""
+    adapters, draws = [], iter(kinds)
+    for adapter in ("chat", "json"):
+        for attempt in range(num_retries + 1):
+            adapters.append(adapter)
+            kind = next(draws)
+            if kind is None:
+                return adapters, None
+            if kind == "unparseable":
+                break
+            if attempt == num_retries:
+                return adapters, kind
+    return adapters, "unparseable"
+
+
+def test_a_300_question_evaluation_survives_faults_and_records_every_failure(tmp_path):
+    faults = Faults(timeout=0.06, rate_limit=0.06, server_error=0.06, unparseable=0.15, seed=7, retry_after=0.001)
+    lm = scripted_lm(add_one, faults=faults, num_retries=1)
+    examples = sums(300)
+    # The text adapter, whose JSON fallback doubles what one unparseable answer costs.
+    with isolated_cache(enabled=False), dspy.context(lm=lm, adapter=TextAdapter()):
+        result = evaluate(build_program("no-retrieval"), examples, out_dir=tmp_path, threads=8, progress=False,
+                          max_errors=300)
+    rows = [row.to_json() for row in read_rows(tmp_path / "predictions.jsonl")]
+    assert sorted(row["id"] for row in rows) == [ex.id for ex in examples], "a question was lost or answered twice"
+    assert result.summary["complete"] and result.summary["n"] == 300
+
+    # Replay the engine's fault draws (one per request, in arrival order) to know each question's faults.
+    rng = random.Random(faults.seed)
+    draws_by_question: dict[str, list] = {}
+    adapters_by_question: dict[str, list] = {}
+    for call in lm.engine.calls:
+        question = call.inputs["question"]
+        draws_by_question.setdefault(question, []).append(faults.draw(rng))
+        adapters_by_question.setdefault(question, []).append(call.adapter)
+    assert set(lm.engine.faulted) == {"timeout", "rate_limit", "server_error", "unparseable"}
+
+    failed = 0
+    for row in rows:
+        draws = draws_by_question[row["question"]]
+        adapters, fatal = expected_outcome(draws, num_retries=1)
+        assert adapters_by_question[row["question"]] == adapters, row["id"]
+        if fatal is None:
+            assert "error" not in row and row["prediction"] == row["answers"][0]
+        else:
+            failed += 1
+            assert row["prediction"] is None and row["error"].startswith(FAULT_MESSAGES[fatal]), row
+    retried = sum(kind in RETRYABLE for draws in draws_by_question.values() for kind in draws)
+    assert retried > 50 and 5 <= failed == result.summary["n_failed"] < 60
+
+
+def first_seed(pattern: list[str | None], faults: Faults) -> int:
+    """A seed whose first fault draws follow `pattern`."""
+    for seed in range(10_000):
+        rng = random.Random(seed)
+        if [faults.draw(rng) for _ in pattern] == pattern:
+            return seed
+    raise AssertionError("no seed found")
+
+
+@pytest.mark.parametrize("hint, pattern, least_wait, most_wait", [
+    (0.15, ["rate_limit", "server_error", None], 0.3, 1.0),  # the server's Retry-After hint, twice (not 1 s + 2 s)
+    (None, ["timeout", None], 1.0, None),  # no hint: DSPy waits 2 ** attempt seconds (1 s, 2 s, 4 s ...)
+])
+def test_retries_wait_for_the_hint_else_back_off_exponentially(hint, pattern, least_wait, most_wait):
+    shape = Faults(timeout=0.2, rate_limit=0.2, server_error=0.2, retry_after=hint)
+    faults = Faults(timeout=0.2, rate_limit=0.2, server_error=0.2, retry_after=hint, seed=first_seed(pattern, shape))
+    lm = scripted_lm(add_one, faults=faults, num_retries=3)
+    started = time.perf_counter()
+    with dspy.context(lm=lm):
+        prediction = build_program("no-retrieval")(question="What is 41 plus one?")
+    waited = time.perf_counter() - started
+    assert prediction.answer == "42" and lm.engine.count == len(pattern)
+    assert waited >= least_wait and (most_wait is None or waited < most_wait)
+
+
+def test_the_cli_retries_http_faults_and_keeps_every_question(tmp_path):
+    questions, corpus = sample_paths()
+    faults = Faults(timeout=0.05, rate_limit=0.1, server_error=0.1, seed=3, retry_after=0.01)
+    env = {**os.environ, "ARAG_HOME": str(tmp_path / "home")}
+    with OpenAICompatibleServer(add_one, faults=faults) as server:
+        done = cli("eval", "--program", "single-rag", "--dataset", str(questions), "--corpus", str(corpus),
+                   "--lm", "openai/faulty", "--api-base", server.url, "--out", str(tmp_path / "run"), env=env)
+        statuses = set(server.engine.faulted)
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(tmp_path / "run" / "predictions.jsonl")
+    assert len(rows) == 24 == len({row.id for row in rows}) and not any(row.failed for row in rows)
+    assert statuses == set(RETRYABLE) and server.engine.count == 24 + len(server.engine.faulted)

@@ -1,14 +1,20 @@
-"""The ColBERTv2 HTTP protocol: dspy.ColBERTv2 and arag's client against arag's server; errors, limits, concurrency."""
+"""The ColBERTv2 HTTP protocol: dspy.ColBERTv2 and arag's client against arag's server; errors, limits, concurrency,
+and `arag serve` under a load of concurrent clients."""
 
 import importlib.util
 import json
 import logging
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -16,6 +22,7 @@ import dspy
 import pytest
 import requests
 
+from arag.data import load_corpus, load_examples, sample_paths
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
 from arag.retrievers import BM25Retriever, ColBERTv2Retriever, SearchServer, colbert_http, open_retriever
@@ -294,3 +301,51 @@ def test_a_client_that_hangs_up_early_is_one_log_line(caplog, capfd):
     assert "Traceback" not in captured.err + captured.out + caplog.text
     hung_up = [r for r in caplog.records if "closed the connection" in r.getMessage()]
     assert len(hung_up) == 3 and all("\n" not in r.getMessage() and not r.exc_info for r in hung_up)
+
+
+def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_correctly(tmp_path):
+    _, corpus = sample_paths()
+    index = BM25Retriever.build(load_corpus(corpus), tmp_path / "bm25")
+    server = subprocess.Popen([sys.executable, "-m", "arag.cli", "-v", "serve", "--index", f"bm25:{index.index_dir}",
+                               "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        while " at http" not in line:
+            line = server.stderr.readline()
+            assert line, "the server exited before serving"
+        url = re.search(r"at (http://\S+)", line).group(1)
+        assert url.startswith("http://127.0.0.1:")
+        # Read the rest of its log (a line per request with -v): a full pipe would block the server's logging.
+        threading.Thread(target=server.stderr.read, daemon=True).start()
+        questions = [example.question for example in load_examples(sample_paths()[0])]
+
+        def ask(number: int) -> tuple[int, dict, object]:
+            query, k = questions[number % len(questions)], (1, 5, 10, 100, 500)[number % 5]
+            if number % 17 == 0:
+                query = "why " * (colbert_http.MAX_QUERY_CHARS // 4 + 1)
+            if number % 2:
+                request = urllib.request.Request(url, json.dumps({"query": query, "k": k}).encode(),
+                                                 {"Content-Type": "application/json"})
+            else:
+                request = f"{url}?{urllib.parse.urlencode({'query': query, 'k': k})}"
+            try:
+                with urllib.request.urlopen(request, timeout=120) as answer:
+                    return answer.status, json.loads(answer.read()), (query, min(k, 100))
+            except urllib.error.HTTPError as refused:
+                return refused.code, json.loads(refused.read()), (query, k)
+
+        # Four clients at a time: within the server's listen backlog (socketserver's default of 5 pending
+        # connections; more concurrent clients overflow it, see the hardening notes in benchmarks/README.md).
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            answers = list(pool.map(ask, range(640)))
+        assert server.poll() is None, "the server died under load"
+        for status, body, (query, k) in answers:
+            if len(query) > colbert_http.MAX_QUERY_CHARS:
+                assert status == 400 and str(colbert_http.MAX_QUERY_CHARS) in body["message"]
+            else:
+                assert status == 200, body
+                assert [hit["id"] for hit in body["topk"]] == [p.id for p in index.retrieve(query, k)]
+        assert sum(status == 200 for status, _, _ in answers) == 640 - len(range(0, 640, 17))
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=120)
