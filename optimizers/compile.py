@@ -6,7 +6,8 @@ Every teleprompter scores with the metrics of `arag.data.metrics` through one of
   and COPRO's scoring, SIMBA) it returns the score; with one (bootstrapping a demo) it returns
   whether the score reaches `success_threshold`, the bool DSPy expects there.
 - `feedback_metric(name)`: GEPA's five-argument form, returning the score with a textual feedback
-  (what was answered, what was expected, which supporting passages were or were not retrieved).
+  (what was answered, what was expected, whether a wrong answer was too long, which supporting passages were or
+  were not retrieved, and whether the gold answer was in what was retrieved).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 import dspy
 import ujson
 
-from arag.data.metrics import default_metrics, get_metric, prediction_text
+from arag.data.metrics import default_metrics, get_metric, normalize_answer, prediction_text
 from arag.errors import ConfigError, DataError
 from arag.lm import require_lm
 from arag.programs.frame.base import RAGProgram
@@ -34,6 +35,8 @@ TELEPROMPTERS: dict[str, type] = {
     "copro": dspy.COPRO,
     "simba": dspy.SIMBA,
 }
+LONG_ANSWER_WORDS = 8
+"""A wrong answer longer than this many words, and thrice the gold answer's, is called too long in the feedback."""
 _BUDGET_OPTIONS = {"mipro": ("num_candidates", "num_trials"), "gepa": ("max_full_evals", "max_metric_calls")}
 _SET_BY_ARAG = {"metric": "metric", "trainset": "trainset", "valset": "devset", "prompt_model": "prompt_lm",
                 "reflection_lm": "prompt_lm", "task_model": "the configured LM", "teacher": "the program",
@@ -81,7 +84,7 @@ def compile(
     if teleprompter == "copro" and devset:
         logger.info("copro scores its candidate instructions on the trainset; the devset is not used")
     init, run = _arguments(teleprompter, name, success_threshold, prompt_lm or task_lm, threads, seed,
-                           _labelled(trainset), _labelled(devset) if devset else None)
+                           _labelled(trainset), _labelled(devset) if devset else None, program.retriever)
     init, run = _place_options(teleprompter, init, run, options)
     _check_budget(teleprompter, init, run)
     try:
@@ -109,20 +112,23 @@ def dspy_metric(name: str, success_threshold: float = 1.0) -> Callable[..., floa
     return metric
 
 
-def feedback_metric(name: str) -> Callable[..., dspy.Prediction]:
-    """The metric `name` in GEPA's form `(gold, pred, trace, pred_name, pred_trace)`: score and feedback."""
+def feedback_metric(name: str, retriever: Any = None) -> Callable[..., dspy.Prediction]:
+    """The metric `name` in GEPA's form `(gold, pred, trace, pred_name, pred_trace)`: score and feedback. With the
+    program's `retriever`, the feedback also says whether the gold answer was in what the program retrieved (a
+    trace keeps passage ids, so the recorded queries are searched again)."""
     score = get_metric(name)
 
     def metric(gold: dspy.Example, pred: Any, trace: Any = None, pred_name: str | None = None,
                pred_trace: Any = None) -> dspy.Prediction:
         value = score(gold, pred)
-        return dspy.Prediction(score=value, feedback=feedback_text(name, value, gold, pred, pred_name))
+        return dspy.Prediction(score=value, feedback=feedback_text(name, value, gold, pred, pred_name, retriever))
 
     metric.__name__ = name
     return metric
 
 
-def feedback_text(name: str, value: float, gold: dspy.Example, pred: Any, pred_name: str | None = None) -> str:
+def feedback_text(name: str, value: float, gold: dspy.Example, pred: Any, pred_name: str | None = None,
+                  retriever: Any = None) -> str:
     """What a reflecting LM needs to improve a prompt: the score, the answer against the gold answers,
     and, when the example names its supporting passages, which of them the program retrieved."""
     answers = list(gold.get("answers") or [])
@@ -132,14 +138,27 @@ def feedback_text(name: str, value: float, gold: dspy.Example, pred: Any, pred_n
              + f"the gold answer is {expected}{others}."]
     if value >= 1.0:
         lines.append("The answer is right; keep what made it so.")
+    words, gold_words = len(prediction_text(pred).split()), min((len(a.split()) for a in answers), default=0)
+    if value < 1.0 and gold_words and words > max(LONG_ANSWER_WORDS, 3 * gold_words):
+        lines.append(f"The answer is {words} words long where the gold answer has {gold_words}: "
+                     "answer with the short phrase alone.")
     supporting = list(gold.get("supporting_titles") or [])
     steps = pred.get("trace") if isinstance(pred, dspy.Prediction) else None
+    searches = steps_of(steps, Retrieve) if steps else []
     if supporting and steps:
-        retrieved = {p["title"] for step in steps_of(steps, Retrieve) for p in step.get("passages", [])}
+        retrieved = {p["title"] for step in searches for p in step.get("passages", [])}
         found = [t for t in supporting if t in retrieved]
         missing = [t for t in supporting if t not in retrieved]
         lines.append(f"Supporting passages retrieved: {', '.join(found) or 'none'}; "
                      f"never retrieved: {', '.join(missing) or 'none'}.")
+    if value < 1.0 and answers and steps is not None and retriever is not None:
+        texts = [p.long_text for step in searches for p in retriever.retrieve(step["query"], step["k"])]
+        read = f" {normalize_answer(' '.join(texts))} "
+        held = any(normalize_answer(a) and f" {normalize_answer(a)} " in read for a in answers)
+        lines.append("The gold answer is in the retrieved passages: read them for it." if held else
+                     "The gold answer is in none of the retrieved passages"
+                     + (": retrieve differently or answer from what is known." if texts else
+                        " (nothing was retrieved)."))
     if pred_name:
         lines.append(f"This feedback is for the step {pred_name!r} of the program.")
     return " ".join(lines)
@@ -154,8 +173,10 @@ def parse_option_value(text: str) -> Any:
 
 
 def _arguments(teleprompter: str, metric: str, success_threshold: float, prompt_lm: dspy.BaseLM, threads: int,
-               seed: int, trainset: list, devset: list | None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Constructor and `compile` arguments of each teleprompter before user options."""
+               seed: int, trainset: list, devset: list | None,
+               retriever: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Constructor and `compile` arguments of each teleprompter before user options (`retriever`: the program's,
+    which GEPA's feedback searches again)."""
     scored = dspy_metric(metric, success_threshold)
     if teleprompter == "bootstrap":
         return {"metric": scored}, {"trainset": trainset}
@@ -165,8 +186,8 @@ def _arguments(teleprompter: str, metric: str, success_threshold: float, prompt_
         return ({"metric": scored, "prompt_model": prompt_lm, "num_threads": threads, "seed": seed, "auto": "light"},
                 {"trainset": trainset, "valset": devset})
     if teleprompter == "gepa":
-        return ({"metric": feedback_metric(metric), "reflection_lm": prompt_lm, "num_threads": threads, "seed": seed,
-                 "auto": "light"}, {"trainset": trainset, "valset": devset})
+        return ({"metric": feedback_metric(metric, retriever), "reflection_lm": prompt_lm, "num_threads": threads,
+                 "seed": seed, "auto": "light"}, {"trainset": trainset, "valset": devset})
     if teleprompter == "copro":
         return ({"metric": scored, "prompt_model": prompt_lm},
                 {"trainset": trainset, "eval_kwargs": {"num_threads": threads, "display_progress": False}})

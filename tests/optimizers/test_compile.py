@@ -240,3 +240,24 @@ def test_arag_compile_over_a_loopback_server_saves_a_program_that_reloads(tmp_pa
     assert program.config == {"k": 2, "reasoning": "cot"}
     assert len(program.generate_answer.predict.demos) == 2
     assert '"generate_answer.predict": 2' in result.output
+
+
+def test_feedback_says_a_wrong_answer_is_too_long_and_whether_the_retrieved_passages_hold_the_gold(retriever):
+    held, missed = EXAMPLES[20], EXAMPLES[17]  # gold in single-rag's 5 passages: Menlo Park yes, Sweden no
+    for example, in_passages in ((held, True), (missed, False)):
+        found = retriever.retrieve(example.question, 5)
+        assert any(example.answers[0].lower() in p.long_text.lower() for p in found) is in_passages
+    rambling = "It was somewhere in the eastern part of the country near a river and a large city"
+    metric = feedback_metric("em", retriever)
+    with dspy.context(lm=scripted_lm(lambda call: fields(call, rambling))):
+        feedback = metric(held, build_program("single-rag", retriever, k=5)(question=held.question)).feedback
+        assert f"The answer is {len(rambling.split())} words long where the gold answer has 2" in feedback
+        assert "The gold answer is in the retrieved passages" in feedback
+        feedback = metric(missed, build_program("single-rag", retriever, k=5)(question=missed.question)).feedback
+        assert "The gold answer is in none of the retrieved passages: retrieve differently" in feedback
+        closed_book = build_program("no-retrieval", retriever)(question=held.question)
+        assert "(nothing was retrieved)" in metric(held, closed_book).feedback
+        assert "gold answer is in" not in feedback_metric("em")(held, closed_book).feedback  # no retriever given
+    with dspy.context(lm=scripted_lm(lambda call: fields(call, held.answers[0]))):
+        feedback = metric(held, build_program("single-rag", retriever, k=5)(question=held.question)).feedback
+    assert "words long" not in feedback and "gold answer is in" not in feedback
