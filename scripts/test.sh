@@ -10,7 +10,7 @@ if .venv/bin/python -m pip show -q arag >/dev/null 2>&1; then .venv/bin/python -
 # The CPU build first: a plain `torch` requirement would pull gigabytes of CUDA packages.
 pip_install "torch==2.13.0"
 # `local` compiles llama.cpp on a fresh machine (about 4 to 12 minutes on 2 cores; pip caches the wheel).
-CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" pip_install -e ".[test,dense,dense-torch,colbert,tune,local,report,router,milvus,lucene,docs]"
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" pip_install -e ".[test,dense,dense-torch,colbert,tune,local,report,router,milvus,lucene,attention,docs]"
 # Chromium for the report's browser test, which is skipped without it (root with apt only; never fatal).
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null && ! command -v chromium >/dev/null; then
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
