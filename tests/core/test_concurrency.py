@@ -11,8 +11,9 @@ import pytest
 from arag.concurrency import DEFAULT_LM_CONCURRENCY, fan_out, lm_concurrency, set_lm_concurrency
 from arag.errors import ConfigError
 from arag.programs import build_program
+from arag.programs.self_rag.steps import Beam
 from arag.testing import NUMBERED, TemplateRetriever, Tokens, isolated_cache, scripted_lm
-from arag.trace import Beam, note, recording
+from arag.trace import note, recording
 
 LATENCY = 0.2
 

@@ -22,6 +22,7 @@ from arag.errors import QuestionFailed
 from arag.evaluate import evaluate
 from arag.lm import build_lm, complete_raw, completions_lm
 from arag.programs import build_program
+from arag.programs.crag.steps import Evaluate
 from arag.runs import read_rows
 from arag.signatures.relevance import JudgeRelevance
 from arag.testing import (
@@ -34,7 +35,7 @@ from arag.testing import (
     isolated_cache,
     scripted_lm,
 )
-from arag.trace import Answer, Evaluate, Retrieve, Unreadable, is_step, kinds_of
+from arag.trace import Answer, Retrieve, Unreadable, is_step, kinds_of
 
 
 def examples(n):

@@ -13,11 +13,12 @@ from arag.cli import main
 from arag.errors import DataError
 from arag.evaluate import evaluate
 from arag.optimizers.distillation import call_flaws, export_grounding
-from arag.programs.genground import GenGround
+from arag.programs.genground.genground import GenGround
+from arag.programs.genground.steps import Ground
 from arag.runs import Row, read_rows
 from arag.signatures.grounding import GroundAnswer
 from arag.testing import TemplateRetriever, scripted_lm
-from arag.trace import Answer, Ground, Retrieve, is_step, steps_of
+from arag.trace import Answer, Retrieve, is_step, steps_of
 
 EVIDENCE_RANK = 5  # with k=6 and b=3: the second batch cites it, so two grounding calls per question
 

@@ -12,6 +12,7 @@ import pytest
 
 from arag.errors import ConfigError, RetrieverError
 from arag.passages import Passage
+from arag.programs.crag.steps import Rewrite
 from arag.programs.frame.registry import build_program
 from arag.retrievers import BM25Retriever
 from arag.retrievers.web import (
@@ -28,7 +29,7 @@ from arag.retrievers.web import (
     refuse_non_public,
 )
 from arag.testing import FixedRetriever, Tokens, scripted_lm
-from arag.trace import Retrieve, Rewrite, is_step, steps_of
+from arag.trace import Retrieve, is_step, steps_of
 
 ARTICLE = """<!doctype html><html><head><title>Ada Lovelace - Encyclopedia</title>
 <script>var tracking = "<p>this script paragraph must never be read as text</p>";</script>

@@ -10,10 +10,12 @@ from click.testing import CliRunner
 
 from arag.cli import main
 from arag.programs import build_program
+from arag.programs.adaptive_note.steps import Review
+from arag.programs.crag.steps import Action
 from arag.runs import Row
 from arag.runs.decisions import DecisionCount, decision_counts, markdown
 from arag.testing import NUMBERED, TemplateRetriever, isolated_cache, scripted_lm
-from arag.trace import Action, Answer, Retrieve, Review, Stop, StopReason, read_step
+from arag.trace import Answer, Retrieve, Stop, StopReason, read_step
 from arag.trace.record import Step, declared
 
 

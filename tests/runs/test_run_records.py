@@ -13,9 +13,10 @@ from arag.cli import main
 from arag.errors import ConfigError, DataError
 from arag.evaluate import evaluate
 from arag.programs import build_program
+from arag.programs.crag.steps import Action, Evaluate
 from arag.runs import Row, RunRecord, load_run, read_record, read_rows
 from arag.testing import NUMBERED, TemplateRetriever, isolated_cache, scripted_lm
-from arag.trace import STEP_KINDS, Action, Answer, Evaluate, Retrieve, Stop, StopReason, UnreadStep, steps_of
+from arag.trace import STEP_KINDS, Answer, Retrieve, Stop, StopReason, UnreadStep, steps_of
 
 
 @pytest.fixture(autouse=True)
