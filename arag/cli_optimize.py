@@ -3,6 +3,7 @@ parameters with Optuna, taking the same data, retriever and LM options as `arag 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -64,9 +65,10 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     from arag.data._io import check_apart, check_output_file
     from arag.data.metrics import default_metrics, get_metric
     from arag.lm import build_lm
-    from arag.optimizers.compile import compile, parse_option_value
+    from arag.optimizers.compile import changes, compile, parse_option_value
     from arag.optimizers.saving import save_program
     from arag.setup import RunSpec
+    from arag.trace.recorder import counting_lm_calls
 
     check_apart(check_output_file(out_path),
                 {"--trainset": trainset, "--devset": devset, "--corpus": corpus,
@@ -86,17 +88,22 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     metric = metric or default_metrics(train[0])[0]
     dev = load_examples(devset, fmt=fmt, limit=limit) if devset else None
     lm, program = spec.build()
-    with dspy.context(lm=lm):
+    started = time.monotonic()
+    with dspy.context(lm=lm), counting_lm_calls() as counts:
         compiled = compile(program, train, dev, teleprompter=teleprompter, metric=metric, prompt_lm=prompt_lm,
                            success_threshold=success_threshold, threads=threads, seed=seed,
                            keep_written_demos=keep_written_demos, **options)
+    # Cost: LM calls answered from DSPy's cache count as calls (a fresh compile makes them); the seconds are this
+    # process's, so a compile resumed from its cache or log_dir shows what its last part took.
     meta = {"teleprompter": teleprompter, "metric": metric, "options": options,
             "keep_written_demos": keep_written_demos,
             "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
-            "task_lm": lm_setup.spec, "prompt_lm": prompt_lm_spec}
+            "task_lm": lm_setup.spec, "prompt_lm": prompt_lm_spec,
+            "cost": {"lm_calls": counts.lm_calls, "seconds": round(time.monotonic() - started, 1)},
+            "changed": changes(program, compiled)}
     path = save_program(compiled, out_path, meta=meta)
-    demos = {name: len(predictor.demos) for name, predictor in compiled.named_predictors()}
-    click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "demos": demos}, indent=2))
+    click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "cost": meta["cost"],
+                            "changed": meta["changed"]}, indent=2))
     click.echo(f"wrote {path}; evaluate it with `arag eval --compiled {path} ...`")
 
 

@@ -21,8 +21,9 @@ running is skipped, and each process takes the next free one. --table prints one
 every dataset: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
 the same questions (a compiled or tuned row's also from its own program), its costs per question, and the rule
 that set its number of questions; --report FOLDER draws the same results as `arag report`'s page.
---compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile`, e.g. BootstrapFewShot
-on other questions than the table's), --tuned FILE one for a program's parameters tuned on other questions
+--compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile` on other questions
+than the table's: PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa for GEPA, PROGRAM-mipro for MIPROv2),
+--tuned FILE one for a program's parameters tuned on other questions
 (`benchmarks/tuning_local.py --skip 20`); --table and --report show the compiled and tuned rows the results
 hold, after the others.
 
@@ -128,10 +129,16 @@ class Cell:
 
 
 def compiled_cell(path: Path) -> Cell:
-    """The cell of a compiled program's file (`arag compile --out`): PROGRAM-compiled, or PROGRAM-compiled-kept
-    when the compile kept the program's written demos (`--keep-written-demos`)."""
+    """The cell of a compiled program's file (`arag compile --out`): PROGRAM-compiled for BootstrapFewShot
+    (PROGRAM-compiled-kept when it kept the program's written demos, `--keep-written-demos`), PROGRAM-TELEPROMPTER
+    for the others (single-rag-gepa, flare-mipro)."""
     compiled = read_compiled(path)
-    variant = "compiled-kept" if compiled.meta.get("keep_written_demos") else "compiled"
+    teleprompter = compiled.meta.get("teleprompter", "bootstrap")
+    variant = "compiled" if teleprompter == "bootstrap" else teleprompter
+    if compiled.meta.get("keep_written_demos"):
+        variant += "-kept"
+    if variant not in VARIANTS:
+        raise SystemExit(f"--compiled {path}: compiled by {teleprompter!r}, which the table has no row for")
     return Cell(f"{compiled.program}-{variant}", compiled.program, compiled=path)
 
 
@@ -263,7 +270,10 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
     return runs
 
 
-VARIANTS = ("compiled", "compiled-kept", "tuned")  # the rows beside a program's defaults, shown in this order
+# The rows beside a program's defaults, shown in this order: compiled by a teleprompter (`compiled`:
+# BootstrapFewShot), with its written demos kept (`-kept`), or with tuned parameters.
+VARIANTS = tuple(f"{name}{kept}" for name in ("compiled", "bootstrap-rs", "mipro", "gepa", "copro", "simba")
+                 for kept in ("", "-kept")) + ("tuned",)
 
 
 def held_variants(results: Path, programs: list[str], datasets: list[str], given: set[str]) -> list[Cell]:
@@ -311,8 +321,8 @@ def main() -> int:
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
     parser.add_argument("--compiled", action="append", default=[], type=Path, metavar="FILE",
                         help="a compiled program (`arag compile --out FILE`), run as a row of its own named "
-                             "PROGRAM-compiled (PROGRAM-compiled-kept where it kept its written demos) after the "
-                             "others (repeatable)")
+                             "PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa, PROGRAM-mipro ... for the other "
+                             "teleprompters (-kept where it kept its written demos), after the others (repeatable)")
     parser.add_argument("--tuned", action="append", default=[], type=Path, metavar="FILE",
                         help="a tuning run's parameter file (best_params.json of `arag tune` or "
                              "benchmarks/tuning_local.py), run as a row of its own named PROGRAM-tuned after the "

@@ -100,6 +100,16 @@ def compile(
     return compiled
 
 
+def changes(program: RAGProgram, compiled: RAGProgram) -> dict[str, dict[str, Any]]:
+    """What compiling changed in each predictor: its instructions where they differ from the program's (the new
+    text), and how many demos it now holds."""
+    before = {path: predictor.signature.instructions for path, predictor in program.named_predictors()}
+    return {path: {"instructions": (predictor.signature.instructions
+                                    if predictor.signature.instructions != before.get(path) else None),
+                   "demos": len(predictor.demos)}
+            for path, predictor in compiled.named_predictors()}
+
+
 def dspy_metric(name: str, success_threshold: float = 1.0) -> Callable[..., float | bool]:
     """The metric `name` as DSPy calls it: a score without a trace, a success (score >= threshold) with one."""
     score = get_metric(name)

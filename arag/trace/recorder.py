@@ -162,6 +162,15 @@ def note(step: Step) -> None:
 
 
 @contextmanager
+def counting_lm_calls() -> Iterator[Trace]:
+    """Count the LM calls made meanwhile, those of the program calls inside included, into the `lm_calls` of the
+    yielded counts (which record no steps): what a compile or a study costs."""
+    counts = Trace()
+    with dspy.context(callbacks=[*(dspy.settings.get("callbacks") or []), _LMCallCounter(counts)]):
+        yield counts
+
+
+@contextmanager
 def recording(max_lm_calls: int | None = None) -> Iterator[Trace]:
     """Record a program call, with at most `max_lm_calls` LM calls (None: no cap). Nested calls (a program
     inside another) share the outer trace and its cap."""

@@ -12,7 +12,7 @@ from arag.cli_optimize import compile_command, tune_command
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, DataError
 from arag.evaluate import evaluate
-from arag.optimizers.compile import compile, dspy_metric, feedback_metric
+from arag.optimizers.compile import changes, compile, dspy_metric, feedback_metric
 from arag.optimizers.saving import load_program
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
@@ -112,7 +112,7 @@ def test_arag_compile_keeps_the_written_demos_when_asked(retriever, tmp_path, mo
     monkeypatch.setenv("ARAG_HOME", str(tmp_path / "home"))
 
     written = [demo["question"] for demo in build_program("self-ask", retriever).next_follow_up.demos]
-    demos = {}
+    demos, costs, served = {}, {}, {}
     with OpenAICompatibleServer(one_follow_up) as server:
         for keep in (False, True):
             out = tmp_path / f"self-ask-{keep}.json"
@@ -125,7 +125,12 @@ def test_arag_compile_keeps_the_written_demos_when_asked(retriever, tmp_path, mo
             document = json.loads(out.read_text())
             assert document["meta"]["keep_written_demos"] is keep
             demos[keep] = [d["question"] for d in document["state"]["next_follow_up"]["demos"]]
+            costs[keep], served[keep] = document["meta"]["cost"]["lm_calls"], server.engine.count
+            changed = document["meta"]["changed"]
+            assert changed["next_follow_up"] == {"instructions": None, "demos": len(demos[keep])}
     assert len(demos[False]) == 2 and demos[True] == written + demos[False]
+    # The second compile's calls came from DSPy's cache: the server answered none, and they still count as cost.
+    assert costs[False] == served[False] > 0 and served[True] == served[False] and costs[True] == costs[False]
 
 
 @pytest.mark.parametrize("teleprompter, options", [
@@ -153,6 +158,8 @@ def test_prompt_optimizers_adopt_the_prompt_lms_instruction_when_it_scores_bette
         score = evaluate(compiled, EXAMPLES[10:14], progress=False).summary["metrics"]["em"]
     assert compiled.generate_answer.signature.instructions.startswith(GOOD_INSTRUCTION)
     assert prompt_lm.engine.count > 0 and score == 1.0
+    (changed,) = changes(program, compiled).values()  # single-rag's one predictor
+    assert changed["instructions"] == compiled.generate_answer.signature.instructions
     assert program.generate_answer.signature.instructions == original and compiled.config == program.config
 
 
@@ -239,7 +246,9 @@ def test_arag_compile_over_a_loopback_server_saves_a_program_that_reloads(tmp_pa
     program = load_program(out, BM25Retriever.build(load_corpus(CORPUS), tmp_path / "idx"))
     assert program.config == {"k": 2, "reasoning": "cot"}
     assert len(program.generate_answer.predict.demos) == 2
-    assert '"generate_answer.predict": 2' in result.output
+    printed = json.loads(result.output[result.output.index("{"):result.output.rindex("}") + 1])
+    assert printed["changed"] == {"generate_answer.predict": {"instructions": None, "demos": 2}}
+    assert printed["cost"]["lm_calls"] > 0
 
 
 def test_feedback_says_a_wrong_answer_is_too_long_and_whether_the_retrieved_passages_hold_the_gold(retriever):

@@ -348,4 +348,8 @@ def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_
         assert sum(status == 200 for status, _, _ in answers) == 640 - len(range(0, 640, 17))
     finally:
         server.send_signal(signal.SIGINT)
-        server.wait(timeout=120)
+        try:  # generous: on a machine saturated by other work, exiting has taken over 120 s
+            server.wait(timeout=600)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            raise AssertionError("the server did not stop within 600 s of Ctrl-C") from None
