@@ -40,6 +40,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -143,8 +144,9 @@ def compiled_cell(path: Path) -> Cell:
 
 
 def tuned_cell(path: Path) -> Cell:
-    """The cell of a tuning run's parameter file (best_params.json, which names its program); refused when the
-    tuned parameters are the program's defaults, whose row the table has."""
+    """The cell of a tuning run's parameter file (best_params.json, which names its program): PROGRAM-tuned, or
+    PROGRAM-tuned-N for trial N of a Pareto front (pareto/trial-N.json); refused when the tuned parameters are the
+    program's defaults, whose row the table has."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -155,7 +157,8 @@ def tuned_cell(path: Path) -> Cell:
     if arag.RunSpec(program=program, params=data["params"]).config == arag.RunSpec(program=program).config:
         raise SystemExit(f"--tuned {path}: the tuned parameters are {program}'s defaults, so its row would repeat "
                          f"{program}'s: not run")
-    return Cell(f"{program}-tuned", program, data["params"])
+    front_member = len(data.get("values") or {}) > 1 and isinstance(data.get("trial"), int)
+    return Cell(f"{program}-tuned-{data['trial']}" if front_member else f"{program}-tuned", program, data["params"])
 
 
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
@@ -248,7 +251,8 @@ def own_program(cell: str) -> str | None:
     for variant in VARIANTS:
         if cell.endswith(f"-{variant}"):
             return cell[: -len(variant) - 1]
-    return None
+    member = re.fullmatch(r"(.+)-tuned-\d+", cell)
+    return member.group(1) if member else None
 
 
 def per_question(value: float | None, spec: str) -> str:
@@ -280,9 +284,12 @@ def held_variants(results: Path, programs: list[str], datasets: list[str], given
     """The compiled and tuned rows of `programs` that the results hold and `given` lacks, for the table and the
     report to show after the others (a compiled program's file stays on the machine that compiled it; its results
     are in the repository)."""
-    held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")}
+    held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")} - given
+    members = sorted((name for name in held if own_program(name) in programs and name not in
+                      {f"{own_program(name)}-{variant}" for variant in VARIANTS}),
+                     key=lambda name: (name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1])))
     return [Cell(f"{program}-{variant}", program) for variant in VARIANTS for program in programs
-            if f"{program}-{variant}" in held - given]
+            if f"{program}-{variant}" in held] + [Cell(name, own_program(name)) for name in members]
 
 
 def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label: str) -> list[dspy.Example]:

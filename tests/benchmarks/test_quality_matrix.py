@@ -239,25 +239,39 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
 
 
-def test_compiled_programs_run_as_rows_named_by_whether_they_kept_their_written_demos(shared_dataset, tmp_path):
+def test_each_member_of_a_pareto_front_runs_as_a_row_named_by_its_trial(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    members = []
+    for trial, k in ((12, 1), (4, 2)):
+        members += ["--tuned", str(tmp_path / f"trial-{trial}.json")]
+        Path(members[-1]).write_text(json.dumps({"program": "single-rag", "params": {"k": k}, "trial": trial,
+                                                 "values": {"f1": 0.4, "lm_calls": 1.0}}))
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path, *members, programs="single-rag"))
+    shown = from_results(tmp_path, "--table", programs="single-rag")
+    rows = [row.split(" | ") for row in shown.splitlines() if row.startswith("| HotpotQA")]
+    assert [row[1] for row in rows] == ["single-rag", "single-rag-tuned-4", "single-rag-tuned-12"]
+    assert all(row[8] != "—" for row in rows[1:])  # each member's difference from its own program
+
+
+def test_compiled_programs_run_as_rows_named_by_their_teleprompter_and_kept_demos(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     demo = dspy.Example(passages=["[1] Oslo | Oslo is the capital of Norway."], question="Capital of Norway?",
                         reasoning="The passage says so.", answer="Oslo").with_inputs("passages", "question")
     retriever = BM25Retriever.build([Passage("oslo", "Oslo", "Oslo is the capital of Norway.")], tmp_path / "bm25")
     files = []
-    for kept in (False, True):
+    for teleprompter, kept in (("bootstrap", False), ("bootstrap", True), ("gepa", False)):
         program = build_program("single-rag", retriever)
         program.generate_answer.predict.demos = [demo]
-        files += ["--compiled", str(save_program(program, tmp_path / f"compiled-{kept}.json",
-                                                 meta={"keep_written_demos": kept}))]
+        files += ["--compiled", str(save_program(program, tmp_path / f"compiled-{teleprompter}-{kept}.json",
+                                                 meta={"teleprompter": teleprompter, "keep_written_demos": kept}))]
     with OpenAICompatibleServer(slow_answer) as server:
         table = finish(matrix(server, tmp_path, *files, programs="single-rag"))
         assert all("Capital of Norway?" in str(request["body"]["messages"]) for request in server.requests[-6:])
-    assert [row.split(" | ")[1] for row in table.splitlines() if row.startswith("| HotpotQA")] == [
-        "single-rag", "single-rag-compiled", "single-rag-compiled-kept"]
+    names = ["single-rag", "single-rag-compiled", "single-rag-compiled-kept", "single-rag-gepa"]
+    assert [row.split(" | ")[1] for row in table.splitlines() if row.startswith("| HotpotQA")] == names
     shown = from_results(tmp_path, "--table", programs="single-rag")
-    assert [row.split(" | ")[1] for row in shown.splitlines() if row.startswith("| HotpotQA")] == [
-        "single-rag", "single-rag-compiled", "single-rag-compiled-kept"]
+    assert [row.split(" | ")[1] for row in shown.splitlines() if row.startswith("| HotpotQA")] == names
 
 
 def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path):
