@@ -4,7 +4,7 @@
   calls its algorithm requires and its module docstring (the algorithm box), read from the program registry.
 - trace-steps.md: every trace step kind with its fields, read from docs/trace.schema.json.
 - quality/table.md: the quality table, printed by `python benchmarks/quality.py --table` for each model whose
-  results are under benchmarks/results/quality/.
+  results are under benchmarks/results/quality/, and `benchmarks/flashrag_comparison.py`'s table beside it.
 - benchmarks/full.md: benchmarks/README.md as it is.
 """
 
@@ -149,25 +149,30 @@ def trace_page() -> str:
 def quality_page() -> str:
     lines = ["---", "hide: [navigation, toc]", "---", "", "# The quality table", "",
              "Printed by `python benchmarks/quality.py --table` from the compact results in "
-             "`benchmarks/results/quality/` when the site is built. [Quality](index.md) says how the matrix was "
-             "run and what the rows' traces show.", ""]
-    shared = ROOT.parent / "shared" / "datasets"
+             "`benchmarks/results/quality/` when the site is built, and beside it FlashRAG's published F1 for the "
+             "methods both run (`python benchmarks/flashrag_comparison.py`). [Quality](index.md) says how the matrix "
+             "was run and what the rows' traces show.", ""]
     for model in sorted(p.name for p in (ROOT / "benchmarks" / "results" / "quality").iterdir() if p.is_dir()):
-        lines += [f"## {model}", ""]
-        command = [sys.executable, "benchmarks/quality.py", "--table", "--model", model]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
-        if done.returncode == 0:
-            lines += [done.stdout.strip(), ""]
-            continue
-        problem = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        if shared.is_dir():  # the questions are there, so the table should have printed: a real failure
-            log.warning("quality.py --table --model %s failed: %s", model, problem)
-        else:
-            log.info("quality table of %s left out: no datasets at %s", model, shared)
-        lines += ['!!! warning "Not printed in this build"', "",
-                  f"    `{' '.join(command[1:])}` reads the questions from `../shared/datasets/` and stopped with: "
-                  f"`{cell(problem)}`", ""]
+        lines += [f"## {model}", "", *printed(["benchmarks/quality.py", "--table", "--model", model]),
+                  "### Beside FlashRAG's table", "",
+                  *printed(["benchmarks/flashrag_comparison.py", "--model", model])]
     return "\n".join(lines) + "\n"
+
+
+def printed(script: list[str]) -> list[str]:
+    """What a benchmark script that reads the shared datasets prints, or a warning in its place."""
+    done = subprocess.run([sys.executable, *script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if done.returncode == 0:
+        return [done.stdout.strip(), ""]
+    problem = (done.stderr.strip().splitlines() or ["no message"])[-1]
+    shared = ROOT.parent / "shared" / "datasets"
+    if shared.is_dir():  # the questions are there, so the table should have printed: a real failure
+        log.warning("%s failed: %s", " ".join(script), problem)
+    else:
+        log.info("%s left out: no datasets at %s", " ".join(script), shared)
+    return ['!!! warning "Not printed in this build"', "",
+            f"    `{' '.join(script)}` reads the questions from `../shared/datasets/` and stopped with: "
+            f"`{cell(problem)}`", ""]
 
 
 def write(path: str, text: str) -> None:
