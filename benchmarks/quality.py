@@ -9,7 +9,8 @@ sees the same questions; quality_plan.py says which, and which are kept apart fo
 passages (popqa_longtail), 2WikiMultihopQA's dev questions (2wikimultihopqa, BM25 over their paragraphs) and
 MuSiQue's (musique). Without --n, the plan sets each cell's number of questions: the core programs' counts, the
 others grown in blocks of 10 while their interval against single-rag decides nothing. The model is loaded once
-for the whole matrix; each cell (program, dataset) gets a fresh DSPy cache, so every cost is the program's own.
+for the whole matrix; each cell (program, dataset) gets a fresh DSPy cache, so every cost is the program's own
+(--cache DIR shares one between the cells run, counting its answers as the calls and tokens they first cost).
 Scored by EM, F1 and match (a gold alias appears in the answer: the accuracy the Self-RAG and CRAG papers report).
 
 Each cell is an `arag eval` run folder under --runs (traces included, for `arag report`), and its compact rows
@@ -37,20 +38,18 @@ whose label their answers leave open; then `--train-router router.json` with the
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import re
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
+from quality_cells import Cell, compiled_cell, held_variants, own_program, tuned_cell  # noqa: E402
 from quality_plan import (  # noqa: E402
     DATASETS,
     FIRST_N,
@@ -64,12 +63,12 @@ from quality_results import KeptRow, cell_rows, read_results, results_run, sync 
 
 import arag  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
-from arag.optimizers.saving import read_compiled  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
 from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
+from arag.trace.recorder import CACHE_HIT_LISTENER, charge_to_trace, reporting_cache_hits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
@@ -115,56 +114,11 @@ def current_commit() -> str:
         return "unknown"
 
 
-@dataclass(frozen=True)
-class Cell:
-    """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
-
-    name: str  # the program's name, or the program's name and one of VARIANTS
-    program: str
-    params: dict = field(default_factory=dict)
-    compiled: Path | None = None
-
-    def spec(self, lm: dspy.BaseLM | None = None, corpus: Path | None = None) -> arag.RunSpec:
-        """The cell's run specification (validated when made), with the model and the dataset's corpus."""
-        return arag.RunSpec(program=self.program, params=self.params, compiled=self.compiled, lm=lm, corpus=corpus)
-
-
-def compiled_cell(path: Path) -> Cell:
-    """The cell of a compiled program's file (`arag compile --out`): PROGRAM-compiled for BootstrapFewShot
-    (PROGRAM-compiled-kept when it kept the program's written demos, `--keep-written-demos`), PROGRAM-TELEPROMPTER
-    for the others (single-rag-gepa, flare-mipro)."""
-    compiled = read_compiled(path)
-    teleprompter = compiled.meta.get("teleprompter", "bootstrap")
-    variant = "compiled" if teleprompter == "bootstrap" else teleprompter
-    if compiled.meta.get("keep_written_demos"):
-        variant += "-kept"
-    if variant not in VARIANTS:
-        raise SystemExit(f"--compiled {path}: compiled by {teleprompter!r}, which the table has no row for")
-    return Cell(f"{compiled.program}-{variant}", compiled.program, compiled=path)
-
-
-def tuned_cell(path: Path) -> Cell:
-    """The cell of a tuning run's parameter file (best_params.json, which names its program): PROGRAM-tuned, or
-    PROGRAM-tuned-N for trial N of a Pareto front (pareto/trial-N.json); refused when the tuned parameters are the
-    program's defaults, whose row the table has."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"--tuned {path}: cannot read it ({exc})") from None
-    if not (isinstance(data, dict) and isinstance(data.get("program"), str) and isinstance(data.get("params"), dict)):
-        raise SystemExit(f"--tuned {path}: not a tuning run's parameter file (no 'program' and 'params')")
-    program = data["program"]
-    if arag.RunSpec(program=program, params=data["params"]).config == arag.RunSpec(program=program).config:
-        raise SystemExit(f"--tuned {path}: the tuned parameters are {program}'s defaults, so its row would repeat "
-                         f"{program}'s: not run")
-    front_member = len(data.get("values") or {}) > 1 and isinstance(data.get("trial"), int)
-    return Cell(f"{program}-tuned-{data['trial']}" if front_member else f"{program}-tuned", program, data["params"])
-
-
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
-             runs: Path, results: Path) -> dict[str, KeptRow]:
+             runs: Path, results: Path, cache: Path | None = None) -> dict[str, KeptRow]:
     """One cell on one dataset: the questions its results lack (or failed) answered, its results returned;
-    FolderInUse when another process is running it."""
+    FolderInUse when another process is running it. `cache`: the folder of a DSPy cache the cells share (one a
+    dataset), whose answers count as LM calls with the tokens they first cost; by default a fresh one."""
     run_dir, cell_results = runs / dataset / cell.name, results / dataset / f"{cell.name}.jsonl"
     check_run_folder(run_dir)  # FolderInUse while another process runs this cell
     commit = current_commit()
@@ -174,7 +128,8 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
         print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ANSWERED_AT).write_text(commit + "\n")
-        with isolated_cache():
+        with (isolated_cache(folder=cache / dataset if cache else None), reporting_cache_hits(),
+              dspy.context(**{CACHE_HIT_LISTENER: charge_to_trace if cache else None})):
             cell.spec(lm, corpus).evaluate(todo, dataset=dataset, out_dir=run_dir, metrics=list(METRICS),
                                            progress=sys.stderr.isatty(), max_errors=None)
         kept = sync(run_dir, cell_results, commit)
@@ -182,7 +137,8 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
 
 
 def run_planned_cell(cell: Cell, dataset: str, questions: list[dspy.Example], corpus: Path, lm: dspy.LM,
-                     runs: Path, results: Path) -> tuple[list[dspy.Example], dict[str, KeptRow]]:
+                     runs: Path, results: Path,
+                     cache: Path | None = None) -> tuple[list[dspy.Example], dict[str, KeptRow]]:
     """A cell run to the number of questions the plan gives it (`target_n`), block after block while it grows;
     the questions it now covers and its results."""
     while True:
@@ -192,7 +148,7 @@ def run_planned_cell(cell: Cell, dataset: str, questions: list[dspy.Example], co
         kept = read_results(results / dataset / f"{cell.name}.jsonl")
         if all(e.id in kept and not kept[e.id].failed for e in examples) and rule != "growing":
             return examples, kept
-        kept = run_cell(cell, dataset, examples, corpus, lm, runs, results)
+        kept = run_cell(cell, dataset, examples, corpus, lm, runs, results, cache)
         if rule != "growing":
             return examples, kept
 
@@ -246,15 +202,6 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}.")
 
 
-def own_program(cell: str) -> str | None:
-    """The program a compiled or tuned row varies (flare for flare-compiled), None for a program's own row."""
-    for variant in VARIANTS:
-        if cell.endswith(f"-{variant}"):
-            return cell[: -len(variant) - 1]
-    member = re.fullmatch(r"(.+)-tuned-\d+", cell)
-    return member.group(1) if member else None
-
-
 def per_question(value: float | None, spec: str) -> str:
     """A cost per question as the table prints it; — where some row lacks the count."""
     return "—" if value is None else format(value, spec)
@@ -272,24 +219,6 @@ def result_runs(results: Path, cells: list[Cell], dataset: str, examples: list[d
                                compiled=str(cell.compiled) if cell.compiled else None)
             runs.append(results_run(results / dataset / f"{cell.name}.jsonl", cell.name, rows, len(examples), record))
     return runs
-
-
-# The rows beside a program's defaults, shown in this order: compiled by a teleprompter (`compiled`:
-# BootstrapFewShot), with its written demos kept (`-kept`), or with tuned parameters.
-VARIANTS = tuple(f"{name}{kept}" for name in ("compiled", "bootstrap-rs", "mipro", "gepa", "copro", "simba")
-                 for kept in ("", "-kept")) + ("tuned",)
-
-
-def held_variants(results: Path, programs: list[str], datasets: list[str], given: set[str]) -> list[Cell]:
-    """The compiled and tuned rows of `programs` that the results hold and `given` lacks, for the table and the
-    report to show after the others (a compiled program's file stays on the machine that compiled it; its results
-    are in the repository)."""
-    held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")} - given
-    members = sorted((name for name in held if own_program(name) in programs and name not in
-                      {f"{own_program(name)}-{variant}" for variant in VARIANTS}),
-                     key=lambda name: (name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1])))
-    return [Cell(f"{program}-{variant}", program) for variant in VARIANTS for program in programs
-            if f"{program}-{variant}" in held] + [Cell(name, own_program(name)) for name in members]
 
 
 def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label: str) -> list[dspy.Example]:
@@ -336,6 +265,10 @@ def main() -> int:
                              "others (repeatable)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared datasets folder")
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
+    parser.add_argument("--cache", type=Path, metavar="DIR",
+                        help="one DSPy cache a dataset in DIR, shared by the cells run (e.g. the members of a tuned "
+                             "front, where one that stops earlier replays another's calls): its answers count as LM "
+                             "calls with the tokens they first cost; by default each cell gets a fresh cache")
     parser.add_argument("--results", type=Path, help="compact results (default benchmarks/results/quality/MODEL)")
     parser.add_argument("--table", action="store_true", help="only print the table of what the results hold")
     parser.add_argument("--report", type=Path, metavar="FOLDER",
@@ -432,9 +365,9 @@ def main() -> int:
             corpus = DATASETS[dataset].corpus(args.shared)
             try:
                 if args.n or args.skip:
-                    kept = run_cell(cell, dataset, examples, corpus, lm, runs, results)
+                    kept = run_cell(cell, dataset, examples, corpus, lm, runs, results, args.cache)
                 else:
-                    examples, kept = run_planned_cell(cell, dataset, examples, corpus, lm, runs, results)
+                    examples, kept = run_planned_cell(cell, dataset, examples, corpus, lm, runs, results, args.cache)
             except arag.FolderInUse as exc:
                 print(f"{cell.name:<24}{dataset:<10}skipped: {exc}", flush=True)
                 continue

@@ -149,6 +149,56 @@ def count_lm_work(*, lm_calls: int = 0, prompt_tokens: int = 0, completion_token
         counts.reused_prompt_tokens += reused_prompt_tokens
 
 
+CACHE_HIT_LISTENER = "arag_cache_hit_listener"
+"""A DSPy setting: the function told of each hit of DSPy's cache, with the usage the answer cost when it was made,
+while `reporting_cache_hits()` is in force (e.g. `charge_to_trace`, or a tuning trial's ledger)."""
+
+
+class _HitReportingCache:
+    """DSPy's cache, telling the `CACHE_HIT_LISTENER` of the settings in force of each hit."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        record = self.inner.get(*args, **kwargs)
+        listener = dspy.settings.get(CACHE_HIT_LISTENER)
+        if record is not None and listener is not None:
+            listener((record.get("usage") or {}) if isinstance(record, dict) else {})
+        return record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+_reporting = {"users": 0, "lock": threading.Lock()}
+
+
+@contextmanager
+def reporting_cache_hits() -> Iterator[None]:
+    """Wrap `dspy.cache` (the one in place when entered) while any caller needs its hits reported; several
+    callers, in threads, share one wrapper."""
+    with _reporting["lock"]:
+        if _reporting["users"] == 0:
+            dspy.cache = _HitReportingCache(dspy.cache)
+        _reporting["users"] += 1
+    try:
+        yield
+    finally:
+        with _reporting["lock"]:
+            _reporting["users"] -= 1
+            if _reporting["users"] == 0 and isinstance(dspy.cache, _HitReportingCache):
+                dspy.cache = dspy.cache.inner
+
+
+def charge_to_trace(usage: dict[str, Any]) -> None:
+    """A `CACHE_HIT_LISTENER` counting a cached answer's tokens in the active trace as if the call had been made
+    (its LM call is counted already), so that a run answered partly from the cache reports its whole cost."""
+    count_lm_work(prompt_tokens=int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0),
+                  completion_tokens=int(usage.get("completion_tokens") or usage.get("output_tokens") or 0),
+                  reused_prompt_tokens=int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0))
+
+
 def current_trace() -> Trace | None:
     """The trace of the program call running in this context, if any."""
     return _active.get()

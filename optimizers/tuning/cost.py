@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-import dspy
 import optuna
 from dspy.utils.callback import BaseCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from arag.optimizers.tuning.study import FINISHED, trial_facts
+from arag.trace.recorder import CACHE_HIT_LISTENER
 
 logger = logging.getLogger(__name__)
-
-_LEDGER_SETTING = "arag_tuning_ledger"
 
 
 class Ledger:
@@ -43,8 +40,9 @@ class Ledger:
         return self.calls - self.cache_hits
 
     def settings(self, callbacks: Sequence[BaseCallback]) -> dict[str, Any]:
-        """DSPy settings under which LM calls and cache hits are charged to this ledger: `callbacks` and its own."""
-        return {"callbacks": [*callbacks, _CallCounter(self)], _LEDGER_SETTING: self}
+        """DSPy settings under which LM calls and cache hits (while `reporting_cache_hits()` is in force) are charged
+        to this ledger: `callbacks` and its own."""
+        return {"callbacks": [*callbacks, _CallCounter(self)], CACHE_HIT_LISTENER: self._hit}
 
     def counts(self) -> dict[str, Any]:
         """What the trial recorded about itself, whether it completed, was pruned or failed."""
@@ -81,42 +79,6 @@ class _CallCounter(BaseCallback):
 
     def on_lm_start(self, call_id: str, instance: Any, inputs: dict[str, Any]) -> None:
         self.ledger._called()
-
-
-class _HitCountingCache:
-    """DSPy's cache while tuning: each hit is charged to the ledger of the trial whose call it answered."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        record = self.inner.get(*args, **kwargs)
-        ledger = dspy.settings.get(_LEDGER_SETTING)
-        if record is not None and ledger is not None:
-            ledger._hit((record.get("usage") or {}) if isinstance(record, dict) else {})
-        return record
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
-_hit_counting = {"users": 0, "lock": threading.Lock()}
-
-
-@contextmanager
-def counting_cache_hits() -> Iterator[None]:
-    """Wrap `dspy.cache` while any tuning runs in this process (studies in several threads share it)."""
-    with _hit_counting["lock"]:
-        if _hit_counting["users"] == 0:
-            dspy.cache = _HitCountingCache(dspy.cache)
-        _hit_counting["users"] += 1
-    try:
-        yield
-    finally:
-        with _hit_counting["lock"]:
-            _hit_counting["users"] -= 1
-            if _hit_counting["users"] == 0 and isinstance(dspy.cache, _HitCountingCache):
-                dspy.cache = dspy.cache.inner
 
 
 def cost_report(study: optuna.Study) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from arag.evaluate import evaluate
 from arag.lm import require_lm
 from arag.optimizers.saving import load_program
 from arag.optimizers.tuning.config import TuningConfig
-from arag.optimizers.tuning.cost import Ledger, cost_report, counting_cache_hits, stop_when_spent
+from arag.optimizers.tuning.cost import Ledger, cost_report, stop_when_spent
 from arag.optimizers.tuning.objectives import Objective
 from arag.optimizers.tuning.report import write_report
 from arag.optimizers.tuning.space import describe, search_space
@@ -43,6 +43,7 @@ from arag.programs.frame.registry import build_program, get_program
 from arag.retrievers.base import Retriever
 from arag.runs import RunRecord
 from arag.scratch import create_scratch, remove_scratch
+from arag.trace.recorder import reporting_cache_hits
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ def _optimize(study: optuna.Study, objective: _TrialObjective, config: TuningCon
     if finished >= trials:
         logger.info("study %s already holds %d finished trials (asked for %d)", study.study_name, finished, trials)
         return
-    with counting_cache_hits(), warnings.catch_warnings():
+    with reporting_cache_hits(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         stops = [_stop_at(trials), *([stop_when_spent(limit)] if limit else [])]
         if limit and cost_report(study)["lm_calls_spent"] >= limit:

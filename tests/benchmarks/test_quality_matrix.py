@@ -254,6 +254,24 @@ def test_each_member_of_a_pareto_front_runs_as_a_row_named_by_its_trial(shared_d
     assert all(row[8] != "—" for row in rows[1:])  # each member's difference from its own program
 
 
+def test_cells_sharing_a_cache_count_its_answers_as_the_calls_and_tokens_they_first_cost(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    members = []
+    for trial in (4, 9):  # the same parameters twice: the second member is answered from the first one's calls
+        members += ["--tuned", str(tmp_path / f"trial-{trial}.json")]
+        Path(members[-1]).write_text(json.dumps({"program": "single-rag", "params": {"k": 2}, "trial": trial,
+                                                 "values": {"f1": 0.4, "lm_calls": 1.0}}))
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path, *members, "--cache", str(tmp_path / "cache"), programs="single-rag"))
+        assert server.engine.count == 12  # single-rag's 6 questions and the first member's; none for the second
+    first, second = ([json.loads(line) for line in (tmp_path / "results" / "hotpotqa" / f"single-rag-tuned-{trial}"
+                                                   ".jsonl").read_text().splitlines()] for trial in (4, 9))
+    assert [row["lm_calls"] for row in second] == [1] * 6
+    assert [row["prompt_tokens"] for row in second] == [row["prompt_tokens"] for row in first]
+    assert all(row["prompt_tokens"] > 0 for row in first)
+    assert [row["prediction"] for row in second] == [row["prediction"] for row in first]
+
+
 def test_compiled_programs_run_as_rows_named_by_their_teleprompter_and_kept_demos(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     demo = dspy.Example(passages=["[1] Oslo | Oslo is the capital of Norway."], question="Capital of Norway?",
