@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 import ujson
+from sample_readers import evidence_reader
 from test_cli_bad_input import Proxy
 
 from arag.cli_options import given_params
-from arag.data import load_corpus, load_examples, sample_paths
+from arag.data import load_corpus, sample_paths
 from arag.errors import ConfigError, DataError
 from arag.optimizers import saving
 from arag.optimizers.saving import load_program, read_compiled, save_program
@@ -325,16 +326,6 @@ def test_arag_eval_refuses_an_oversized_demo_in_one_line_before_any_lm_call(save
 # The API key: sent to the LM server, and nowhere else
 
 SECRET_KEY = "sk-arag-test-SECRET-5f0c2b9e7d41"
-SAMPLE_BY_QUESTION = {example.question: example for example in load_examples(QUESTIONS)}
-
-
-def evidence_reader(call):
-    """Right when both supporting passages are among at most three given, else "unknown": em peaks at a middle k."""
-    example = SAMPLE_BY_QUESTION[call.inputs["question"]]
-    titles = {passage.split("] ", 1)[1].split(" | ")[0] for passage in json.loads(call.inputs["passages"])}
-    right = set(example.supporting_titles) <= titles and len(titles) <= 3
-    answer = example.answers[0] if right else "unknown"
-    return {field: answer if field == "answer" else "." for field in call.output_fields}
 
 
 def files_holding(folder: Path, secret: str) -> list[str]:
