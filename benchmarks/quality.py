@@ -261,8 +261,8 @@ def main() -> int:
                              "teleprompters (-kept where it kept its written demos), after the others (repeatable)")
     parser.add_argument("--tuned", action="append", default=[], type=Path, metavar="FILE",
                         help="a tuning run's parameter file (best_params.json of `arag tune` or "
-                             "benchmarks/tuning_local.py), run as a row of its own named PROGRAM-tuned after the "
-                             "others (repeatable)")
+                             "benchmarks/tuning_local.py), run as a row of its own named PROGRAM-tuned (a Pareto "
+                             "front's member pareto/trial-N.json: PROGRAM-tuned-N) after the others (repeatable)")
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared datasets folder")
     parser.add_argument("--runs", type=Path, help="run folders (default runs/quality/MODEL)")
     parser.add_argument("--cache", type=Path, metavar="DIR",

@@ -18,7 +18,7 @@ from arag.optimizers.saving import read_compiled
 class Cell:
     """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
 
-    name: str  # the program's name, or the program's name and one of VARIANTS
+    name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled), or PROGRAM-tuned-N
     program: str
     params: dict = field(default_factory=dict)
     compiled: Path | None = None
