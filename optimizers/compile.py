@@ -35,6 +35,10 @@ TELEPROMPTERS: dict[str, type] = {
     "copro": dspy.COPRO,
     "simba": dspy.SIMBA,
 }
+PROPOSAL_MAX_TOKENS = 1024
+"""The task LM's token cap when it also proposes instructions or reflects (no `prompt_lm` given): a small local
+model that does not stop would otherwise write to the LM's whole budget (4,096 tokens) on every proposal, minutes
+each, and a long proposal prompt plus that budget can pass the model's context."""
 LONG_ANSWER_WORDS = 8
 """A wrong answer longer than this many words, and thrice the gold answer's, is called too long in the feedback."""
 _BUDGET_OPTIONS = {"mipro": ("num_candidates", "num_trials"), "gepa": ("max_full_evals", "max_metric_calls")}
@@ -61,7 +65,8 @@ def compile(
 
     `metric` is a metric name (default: the first metric that suits the trainset's dataset).
     `devset` is the validation set of the teleprompters that take one (bootstrap-rs, mipro, gepa).
-    `prompt_lm` proposes instructions (mipro, copro, simba) or reflects (gepa); default: the task LM.
+    `prompt_lm` proposes instructions (mipro, copro, simba) or reflects (gepa); default: the task LM, capped at
+    PROPOSAL_MAX_TOKENS a call.
     `options` go to the teleprompter's constructor or its `compile`, whichever takes them, e.g.
     `max_bootstrapped_demos=2`, `auto="medium"`, `num_candidate_programs=8`, `breadth=4`.
     The program's parameters (thresholds) are kept; the LM is the configured `dspy.settings.lm`.
@@ -83,7 +88,7 @@ def compile(
     get_metric(name)
     if teleprompter == "copro" and devset:
         logger.info("copro scores its candidate instructions on the trainset; the devset is not used")
-    init, run = _arguments(teleprompter, name, success_threshold, prompt_lm or task_lm, threads, seed,
+    init, run = _arguments(teleprompter, name, success_threshold, prompt_lm or proposing(task_lm), threads, seed,
                            _labelled(trainset), _labelled(devset) if devset else None, program.retriever)
     init, run = _place_options(teleprompter, init, run, options)
     _check_budget(teleprompter, init, run)
@@ -98,6 +103,12 @@ def compile(
         for path, predictor in compiled.named_predictors():
             predictor.demos = written[path] + [demo for demo in predictor.demos if demo not in written[path]]
     return compiled
+
+
+def proposing(task_lm: dspy.BaseLM) -> dspy.BaseLM:
+    """The task LM as it proposes instructions or reflects: the same model, at most PROPOSAL_MAX_TOKENS a call."""
+    cap = (getattr(task_lm, "kwargs", None) or {}).get("max_tokens")
+    return task_lm.copy(max_tokens=min(cap, PROPOSAL_MAX_TOKENS) if cap else PROPOSAL_MAX_TOKENS)
 
 
 def changes(program: RAGProgram, compiled: RAGProgram) -> dict[str, dict[str, Any]]:

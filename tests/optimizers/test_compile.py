@@ -12,7 +12,7 @@ from arag.cli_optimize import compile_command, tune_command
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, DataError
 from arag.evaluate import evaluate
-from arag.optimizers.compile import changes, compile, dspy_metric, feedback_metric
+from arag.optimizers.compile import PROPOSAL_MAX_TOKENS, changes, compile, dspy_metric, feedback_metric
 from arag.optimizers.saving import load_program
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
@@ -161,6 +161,28 @@ def test_prompt_optimizers_adopt_the_prompt_lms_instruction_when_it_scores_bette
     (changed,) = changes(program, compiled).values()  # single-rag's one predictor
     assert changed["instructions"] == compiled.generate_answer.signature.instructions
     assert program.generate_answer.signature.instructions == original and compiled.config == program.config
+
+
+def test_the_task_lm_reflecting_for_itself_is_capped_and_answers_questions_with_its_own_budget(retriever):
+    def task(call):
+        if "answer" not in call.output_fields:  # GEPA's reflection, proposing an instruction
+            return f"```\n{GOOD_INSTRUCTION}\n```" if call.raw else fields(call, GOOD_INSTRUCTION)
+        return fields(call, GOLD.get(call.inputs.get("question"), "?") if "few words" in call.instructions else "no")
+
+    lm = scripted_lm(task)
+    caps: dict[bool, set] = {True: set(), False: set()}  # by whether the call answers a question
+    answer = lm.engine.answer
+
+    def recorded(call, **settings):
+        caps["answer" in call.output_fields].add(settings.get("max_tokens"))
+        return answer(call, **settings)
+
+    lm.engine.answer = recorded
+    with dspy.context(lm=lm):
+        compile(build_program("single-rag", retriever, k=2, reasoning="direct"), EXAMPLES[:4], EXAMPLES[4:6],
+                teleprompter="gepa", metric="em", max_metric_calls=8, reflection_minibatch_size=2)
+    assert caps[False] == {PROPOSAL_MAX_TOKENS}
+    assert caps[True] and PROPOSAL_MAX_TOKENS not in caps[True]  # the program's calls keep their own budgets
 
 
 def test_random_search_scores_candidates_on_the_devset_and_keeps_demos_that_help(retriever):
