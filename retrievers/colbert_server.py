@@ -9,6 +9,7 @@ import logging
 import math
 import os
 import reprlib
+import signal
 import socket
 import sys
 import threading
@@ -114,15 +115,26 @@ class SearchServer:
 
 
 def serve(index: str | os.PathLike | Retriever, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
-    """Serves an index folder, retriever spec (`bm25:DIR`, `colbert:DIR`, ...) or retriever until interrupted."""
+    """Serves an index folder, retriever spec (`bm25:DIR`, `colbert:DIR`, ...) or retriever until Ctrl-C or SIGTERM.
+
+    Either signal asks the request loop to finish (from a thread of its own, as `shutdown()` must be called), rather
+    than raising KeyboardInterrupt wherever the main thread happens to be."""
     if isinstance(index, (str, os.PathLike)):
         index = open_retriever(os.fspath(index))
     server = SearchServer(index, host=host, port=port)
+
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server._httpd.shutdown, name="arag-search-server-stop", daemon=True).start()
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # only it may take signals
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM) if in_main_thread}
     logger.info("serving %s at %s (Ctrl-C stops)", index, server.url)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        logger.info("stopped")
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    logger.info("stopped")
 
 
 class _HTTPServer(ThreadingHTTPServer):

@@ -240,6 +240,7 @@ def test_serve_shares_an_index_folder_with_other_processes(bm25, tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=120)
+    assert process.returncode == 0  # SIGTERM stops the server as Ctrl-C does
 
 
 @pytest.mark.slow
@@ -348,8 +349,9 @@ def test_arag_serve_binds_loopback_caps_its_input_and_answers_a_concurrent_load_
         assert sum(status == 200 for status, _, _ in answers) == 640 - len(range(0, 640, 17))
     finally:
         server.send_signal(signal.SIGINT)
-        try:  # generous: on a machine saturated by other work, exiting has taken over 120 s
+        try:
             server.wait(timeout=600)
         except subprocess.TimeoutExpired:
             server.kill()
             raise AssertionError("the server did not stop within 600 s of Ctrl-C") from None
+    assert server.returncode == 0  # Ctrl-C finishes the request loop and the process exits cleanly
