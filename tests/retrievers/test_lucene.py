@@ -182,8 +182,9 @@ def test_a_fresh_process_needs_no_openai_key_keeps_its_environment_and_its_ctrl_
             "from arag.retrievers import open_retriever\n"
             f"print([p.id for p in open_retriever('lucene:{lucene_index.index_dir}').retrieve('radium', 1)])\n"
             "print(os.environ.get('JAVA_HOME'), os.environ.get('OPENAI_API_KEY'), 'pyserini.search' in sys.modules)\n"
-            "print('ready', flush=True)\n"
-            "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('KeyboardInterrupt')\n")
+            "try:  # ready inside the try: Ctrl-C can come as soon as the line is out\n"
+            "    print('ready', flush=True)\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+            "    print('KeyboardInterrupt')\n")
     env = {name: value for name, value in os.environ.items() if name not in ("JAVA_HOME", "OPENAI_API_KEY")}
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)
