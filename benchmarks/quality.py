@@ -304,6 +304,8 @@ def main() -> int:
     cells = [Cell(name, name, params.get(name, {})) for name in programs]
     cells += [compiled_cell(path) for path in args.compiled]
     cells += [tuned_cell(path) for path in args.tuned]
+    if args.cache and args.cache.exists() and not args.cache.is_dir():
+        raise SystemExit(f"--cache {args.cache} is a file; give a folder for the shared DSPy cache")
     for cell in cells:  # a bad value stops here, before the model loads
         cell.spec()
     shown = cells + held_variants(results, programs, names, {cell.name for cell in cells})

@@ -292,6 +292,14 @@ def test_compiled_programs_run_as_rows_named_by_their_teleprompter_and_kept_demo
     assert [row.split(" | ")[1] for row in shown.splitlines() if row.startswith("| HotpotQA")] == names
 
 
+def test_a_cache_that_is_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "cache").write_text("mine")
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--cache", str(tmp_path / "cache"),
+                           "--results", str(tmp_path / "results")], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0 and f"--cache {tmp_path / 'cache'} is a file" in done.stderr
+    assert (tmp_path / "cache").read_text() == "mine" and not (tmp_path / "results").exists()
+
+
 def test_a_file_that_is_not_tuned_parameters_is_refused_before_any_work(tmp_path):
     bad = tmp_path / "params.json"
     bad.write_text(json.dumps({"k": 2}))
