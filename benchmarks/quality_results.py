@@ -18,12 +18,12 @@ from pydantic import ConfigDict, TypeAdapter
 
 from arag.data._io import atomic_writer
 from arag.errors import DataError
-from arag.runs import COUNTS, PREDICTIONS, Row, Run, RunRecord, last_rows, summarize
-from arag.runs.records import Number, Text, Whole, read_declared
+from arag.runs import PREDICTIONS, Row, Run, RunRecord, last_rows, summarize
+from arag.runs.records import Counts, Number, Text, Whole, read_declared
 
 
 @dataclass(frozen=True, kw_only=True)
-class KeptRow:
+class KeptRow(Counts):
     """One question of a cell as its results keep it (a failed question: its error's kind and step, not its
     message, which stays in the run folder)."""
 
@@ -32,12 +32,6 @@ class KeptRow:
     id: Text
     prediction: Any = None
     metrics: dict[str, Number]
-    lm_calls: Whole | None = None
-    prompt_tokens: Whole | None = None
-    reused_prompt_tokens: Whole | None = None
-    completion_tokens: Whole | None = None
-    retrieval_calls: Whole | None = None
-    distinct_passages: Whole | None = None
     seconds: Number | None = None
     error_kind: Text | None = None
     error_step: Text | None = None
@@ -52,7 +46,7 @@ class KeptRow:
     def of(cls, row: Row, commit: str) -> KeptRow:
         """What the results keep of a run folder's row, answered at `commit`."""
         return cls(id=row.id, prediction=row.prediction, metrics=row.metrics,
-                   **{name: row.count(name) for name in COUNTS}, seconds=row.seconds,
+                   **row.counts(), seconds=row.seconds,
                    error_kind=row.error_kind if row.failed else None, error_step=row.error_step if row.failed else None,
                    steps=dict(Counter(step.kind for step in row.trace)), commit=commit)
 
@@ -65,7 +59,7 @@ class KeptRow:
     def to_json(self) -> dict[str, Any]:
         """The line the results hold: the row's keys in the order its run folder's row has them."""
         kept: dict[str, Any] = {"id": self.id, "prediction": self.prediction, "metrics": self.metrics}
-        kept.update({name: value for name in COUNTS if (value := getattr(self, name)) is not None})
+        kept.update(self.recorded_counts())
         if self.seconds is not None:
             kept["seconds"] = self.seconds
         if self.failed:
@@ -77,7 +71,7 @@ class KeptRow:
         back from the dataset, no trace, and a failure's error given as its kind."""
         return Row(id=self.id, question=example.question, answers=list(example.answers), metrics=self.metrics,
                    trace=[], prediction=self.prediction, seconds=self.seconds,
-                   **{name: getattr(self, name) for name in COUNTS}, error=self.error_kind,
+                   **self.counts(), error=self.error_kind,
                    error_kind=self.error_kind, error_step=self.error_step)
 
 

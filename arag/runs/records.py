@@ -23,10 +23,6 @@ Text = Annotated[str, Strict()]
 Whole = Annotated[int, Strict()]
 Flag = Annotated[bool, Strict()]
 Number = Annotated[float, Strict(), AllowInfNan(False)]  # an integer is a number too; NaN and infinity are not
-# reused_prompt_tokens: prompt tokens the engine took from its cache of an earlier prompt's prefix (llama.cpp's
-# KV cache, a server's prefix cache) rather than evaluating them
-COUNTS = ("lm_calls", "prompt_tokens", "reused_prompt_tokens", "completion_tokens", "retrieval_calls",
-          "distinct_passages")
 STEP_NAMED = "a list of steps, each an object with a 'step' name"
 
 
@@ -79,10 +75,41 @@ class RunRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Row:
+class Counts:
+    """What answering one question cost, as a row records it; a count is None where the row does not record it
+    (rows written before the count existed)."""
+
+    lm_calls: Whole | None = None
+    prompt_tokens: Whole | None = None
+    # prompt tokens the engine took from its cache of an earlier prompt's prefix (llama.cpp's KV cache, a server's
+    # prefix cache) rather than evaluating them
+    reused_prompt_tokens: Whole | None = None
+    completion_tokens: Whole | None = None
+    retrieval_calls: Whole | None = None
+    distinct_passages: Whole | None = None
+
+    def count(self, name: str) -> int | None:
+        """One of COUNTS, None when the row does not record it."""
+        if name not in COUNTS:
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def counts(self) -> dict[str, int | None]:
+        """Every count by name, None where the row does not record it."""
+        return {name: getattr(self, name) for name in COUNTS}
+
+    def recorded_counts(self) -> dict[str, int]:
+        """The counts the row records, as its JSON holds them."""
+        return {name: value for name, value in self.counts().items() if value is not None}
+
+
+COUNTS = tuple(f.name for f in fields(Counts))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row(Counts):
     """One question of a run (a line of predictions.jsonl): the question and its gold answers, the prediction, its
-    scores, what it cost, its trace, and for a failed question its error. A count is None where the row does not
-    record it (rows written before the count existed)."""
+    scores, what it cost (`Counts`), its trace, and for a failed question its error."""
 
     __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
@@ -93,12 +120,6 @@ class Row:
     trace: RecordedTrace
     prediction: Any = None
     seconds: Number | None = None
-    lm_calls: Whole | None = None
-    prompt_tokens: Whole | None = None
-    reused_prompt_tokens: Whole | None = None
-    completion_tokens: Whole | None = None
-    retrieval_calls: Whole | None = None
-    distinct_passages: Whole | None = None
     outputs: dict[str, Any] | None = None  # the program's other output fields
     error: Text | None = None  # a failed question: the error, its kind, the step that was running
     error_kind: Text | None = None
@@ -109,12 +130,6 @@ class Row:
     @property
     def failed(self) -> bool:
         return self.error is not None
-
-    def count(self, name: str) -> int | None:
-        """One of COUNTS, None when the row does not record it."""
-        if name not in COUNTS:
-            raise KeyError(name)
-        return getattr(self, name)
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Row:
@@ -131,7 +146,7 @@ class Row:
             row["seconds"] = self.seconds
         row["prediction"] = self.prediction
         row["metrics"] = self.metrics
-        row.update({name: value for name in COUNTS if (value := getattr(self, name)) is not None})
+        row.update(self.recorded_counts())
         if self.outputs is not None:
             row["outputs"] = self.outputs
         if self.error is not None:
