@@ -78,6 +78,9 @@ BASELINE = "single-rag"
 ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
          "crag", "self-crag", "react", "adaptive-rag")
+# The uncertainty gate's ask signal is told the date: the table fixes it, so that a cell resumed on another day asks
+# the same questions (and a shared DSPy cache answers them).
+TABLE_PARAMS = {"uncertainty-gate": {"today": "2026-11-28"}}
 ANSWERED_AT = "answered-at"  # in a run folder: the commit of the process answering its questions
 
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
@@ -292,7 +295,7 @@ def main() -> int:
     unknown = sorted(set(programs) - set(arag.PROGRAMS)) + sorted(set(names) - set(DATASETS))
     if unknown:
         raise SystemExit(f"unknown program or dataset: {', '.join(unknown)}")
-    params: dict[str, dict] = {}
+    params = {program: dict(values) for program, values in TABLE_PARAMS.items()}
     for assignment in args.param:
         target, equals, value = assignment.partition("=")
         program, dot, name = target.partition(".")

@@ -239,6 +239,16 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
 
 
+def test_the_uncertainty_gate_is_told_the_table_s_date_whatever_day_it_runs(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(last_word) as server:
+        finish(matrix(server, tmp_path, programs="uncertainty-gate"))
+        asked = [json.dumps(request["body"]) for request in server.requests if "today" in json.dumps(request["body"])]
+    info = json.loads((tmp_path / "runs" / "hotpotqa" / "uncertainty-gate" / "run.json").read_text())
+    assert info["params"]["today"] == "2026-11-28"
+    assert len(asked) == 6 and all("2026-11-28" in body for body in asked)
+
+
 def test_each_member_of_a_pareto_front_runs_as_a_row_named_by_its_trial(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     members = []
