@@ -100,6 +100,11 @@ class SearchServer:
         self._thread.start()
         return self
 
+    def stop(self) -> None:
+        """Asks the request loop to finish and returns at once: callable from a signal handler, or from the thread
+        that runs `serve_forever()`, where waiting for the loop would deadlock."""
+        threading.Thread(target=self._httpd.shutdown, name="arag-search-server-stop", daemon=True).start()
+
     def close(self) -> None:
         if self._thread is not None:
             self._httpd.shutdown()
@@ -117,17 +122,15 @@ class SearchServer:
 def serve(index: str | os.PathLike | Retriever, host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> None:
     """Serves an index folder, retriever spec (`bm25:DIR`, `colbert:DIR`, ...) or retriever until Ctrl-C or SIGTERM.
 
-    Either signal asks the request loop to finish (from a thread of its own, as `shutdown()` must be called), rather
-    than raising KeyboardInterrupt wherever the main thread happens to be."""
+    Either signal asks the request loop to finish (`SearchServer.stop()`), rather than raising KeyboardInterrupt
+    wherever the main thread happens to be."""
     if isinstance(index, (str, os.PathLike)):
         index = open_retriever(os.fspath(index))
     server = SearchServer(index, host=host, port=port)
 
-    def stop(signum: int, frame: object) -> None:
-        threading.Thread(target=server._httpd.shutdown, name="arag-search-server-stop", daemon=True).start()
-
     in_main_thread = threading.current_thread() is threading.main_thread()  # only it may take signals
-    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM) if in_main_thread}
+    signals = (signal.SIGINT, signal.SIGTERM) if in_main_thread else ()
+    previous = {signum: signal.signal(signum, lambda signum, frame: server.stop()) for signum in signals}
     logger.info("serving %s at %s (Ctrl-C stops)", index, server.url)
     try:
         server.serve_forever()

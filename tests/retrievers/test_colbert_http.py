@@ -209,6 +209,24 @@ def test_requests_are_answered_concurrently():
     assert elapsed < delay * clients / 2  # serial answering would take delay * clients
 
 
+def test_stop_ends_serve_forever_even_from_a_request_s_own_thread(bm25):
+    servers = []
+
+    class Stopping:  # asks the server to stop while answering: waiting for the loop there would deadlock
+        def retrieve(self, query, k):
+            servers[0].stop()
+            return bm25.retrieve(query, k)
+
+    servers.append(SearchServer(Stopping(), port=0))
+    loop = threading.Thread(target=servers[0].serve_forever, daemon=True)
+    loop.start()
+    assert ColBERTv2Retriever(servers[0].url).retrieve("ships", 2) == bm25.retrieve("ships", 2)
+    loop.join(timeout=10)
+    assert not loop.is_alive()
+    with pytest.raises(OSError):  # serve_forever() closed its socket on the way out
+        socket.create_connection(("127.0.0.1", urllib.parse.urlsplit(servers[0].url).port), timeout=1)
+
+
 def test_many_parallel_clients_get_the_direct_results(server, bm25):
     queries = QUERIES * 20
     client = ColBERTv2Retriever(server.url)
