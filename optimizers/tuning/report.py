@@ -29,8 +29,8 @@ WRITTEN = ("best_params.json", "pareto.json", "pareto", "trials.csv", "study.jso
 
 def write_report(study: optuna.Study, out_dir: str | Path, goals: Sequence[Objective], program_name: str,
                  *, plots: bool = True) -> dict[str, Any]:
-    """trials.csv, study.json, best_params.json (one objective) or pareto.json and pareto/trial-N.json
-    (several), and plots, from the study as it stands (whoever ran its trials)."""
+    """trials.csv, study.json, best_params.json (one objective) or pareto.json and pareto/trial-N.json for each
+    distinct point of the front (several), and plots, from the study as it stands (whoever ran its trials)."""
     out_dir = Path(out_dir)
     files: dict[str, str] = {}
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
@@ -41,10 +41,9 @@ def write_report(study: optuna.Study, out_dir: str | Path, goals: Sequence[Objec
         files["best_params"] = _write_json(out_dir / "best_params.json", best)
     elif complete:
         pareto = sorted((_point(t, goals, program_name, study.study_name) for t in study.best_trials),
-                        key=lambda p: [(-1 if g.direction == "maximize" else 1) * p["values"][g.name] for g in goals])
-        files["pareto"] = _write_json(out_dir / "pareto.json", pareto)
-        for point in pareto:
-            _write_json(out_dir / "pareto" / f"trial-{point['trial']}.json", point)
+                        key=lambda p: [*((-1 if g.direction == "maximize" else 1) * p["values"][g.name]
+                                         for g in goals), p["trial"]])
+        files["pareto"] = _write_front(out_dir, pareto)
         files["best_params"] = _write_json(out_dir / "best_params.json", pareto[0])
     cost = cost_report(study)
     files["trials"] = _write_trials_csv(out_dir / "trials.csv", study, goals)
@@ -65,6 +64,26 @@ def write_report(study: optuna.Study, out_dir: str | Path, goals: Sequence[Objec
     }
     files["study"] = _write_json(out_dir / "study.json", summary)
     return {"best": best, "pareto": pareto, "cost": cost, "files": files, "skipped_plots": skipped}
+
+
+def _write_front(out_dir: Path, pareto: list[dict[str, Any]]) -> str:
+    """pareto.json, and pareto/trial-N.json for each distinct point of the front: of members that tie on every
+    objective only the first trial gets a file, the others name it in `same_point_as`. Files of trials that left
+    the front (a resumed study) are removed."""
+    first_of: dict[tuple, int] = {}
+    for point in pareto:
+        first = first_of.setdefault(tuple(point["values"].values()), point["trial"])
+        if first != point["trial"]:
+            point["same_point_as"] = first
+    folder = out_dir / "pareto"
+    kept = {f"trial-{trial}" for trial in first_of.values()}
+    for stale in folder.glob("trial-*.json"):
+        if stale.stem not in kept:
+            stale.unlink()
+    for point in pareto:
+        if "same_point_as" not in point:
+            _write_json(folder / f"trial-{point['trial']}.json", point)
+    return _write_json(out_dir / "pareto.json", pareto)
 
 
 def _point(trial: FrozenTrial, goals: Sequence[Objective], program_name: str, study_name: str) -> dict[str, Any]:

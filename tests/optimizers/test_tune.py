@@ -121,9 +121,28 @@ def test_two_objectives_give_the_pareto_front_of_quality_against_tokens(retrieve
     assert ks == sorted(ks, reverse=True) and max(ks) <= 5, "k=6 and above are dominated by a smaller k"
     for point in front:
         assert point["values"]["em"] == pytest.approx(expected_em(retriever, devset, point["params"]["k"]))
-        saved = ujson.loads((tmp_path / "pareto" / f"trial-{point['trial']}.json").read_text())
+        file = tmp_path / "pareto" / f"trial-{point.get('same_point_as', point['trial'])}.json"
+        saved = ujson.loads(file.read_text())
         assert saved["params"] == point["params"]
     assert ujson.loads((tmp_path / "best_params.json").read_text()) == front[0]
+
+
+def test_members_that_tie_on_every_objective_share_one_parameter_file(retriever, tmp_path):
+    stale = tmp_path / "pareto" / "trial-99.json"  # a member of an earlier front of this folder
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    space = SearchSpace(ranges={"k": (3, 4)}, fixed={"reasoning": "direct"})  # every trial: one LM call a question
+    config = TuningConfig(trials=6, out_dir=tmp_path, objectives=("em", "lm_calls"), space=space, seed=3, plots=False)
+    front = tune("single-rag", EXAMPLES[:8], retriever, config, lm=scripted_lm(answers_when_the_evidence_fits)).pareto
+    assert len(front) > len({tuple(p["values"].values()) for p in front}), "the front should hold tied members"
+    first = {}
+    for point in front:
+        first.setdefault(tuple(point["values"].values()), point["trial"])
+    assert {p.name for p in (tmp_path / "pareto").iterdir()} == {f"trial-{t}.json" for t in first.values()}
+    for point in front:
+        same = first[tuple(point["values"].values())]
+        assert point.get("same_point_as", point["trial"]) == same and same <= point["trial"]
+    assert ujson.loads((tmp_path / "pareto.json").read_text()) == front
 
 
 def test_cached_calls_are_not_spent_again_and_still_count_as_cost(retriever, tmp_path):
