@@ -65,7 +65,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
     from arag.data._io import check_apart, check_output_file
     from arag.data.metrics import default_metrics, get_metric
     from arag.lm import build_lm
-    from arag.optimizers.compile import changes, compile, parse_option_value
+    from arag.optimizers.compile import changes, compile, parse_option_value, tried
     from arag.optimizers.saving import save_program
     from arag.setup import RunSpec
     from arag.trace.recorder import counting_lm_calls
@@ -100,7 +100,7 @@ def compile_command(program_name: str, trainset: str, devset: str | None, fmt: s
             "trainset": str(Path(trainset).resolve()), "devset": str(Path(devset).resolve()) if devset else None,
             "task_lm": lm_setup.spec, "prompt_lm": prompt_lm_spec,
             "cost": {"lm_calls": counts.lm_calls, "seconds": round(time.monotonic() - started, 1)},
-            "changed": changes(program, compiled)}
+            "changed": changes(program, compiled), "tried": tried(program, compiled)}
     path = save_program(compiled, out_path, meta=meta)
     click.echo(ujson.dumps({"program": program_name, "params": compiled.config, "cost": meta["cost"],
                             "changed": meta["changed"]}, indent=2))

@@ -121,6 +121,18 @@ def changes(program: RAGProgram, compiled: RAGProgram) -> dict[str, dict[str, An
             for path, predictor in compiled.named_predictors()}
 
 
+def tried(program: RAGProgram, compiled: RAGProgram) -> list[dict[str, Any]]:
+    """What the teleprompter scored on its validation set before it chose, best first: each evaluation's score (the
+    metric's mean, 0 to 1) and what the candidate changed (`changes`). GEPA's candidates, and the full evaluations
+    of MIPROv2 and COPRO (a candidate evaluated twice is listed twice); the others keep no such record (empty)."""
+    if (results := getattr(compiled, "detailed_results", None)) is not None:  # GEPA with track_stats
+        scored = list(zip(results.candidates, results.val_aggregate_scores))
+    else:  # dspy.Evaluate's percentages
+        scored = [(c["program"], c["score"] / 100) for c in getattr(compiled, "candidate_programs", None) or []]
+    return [{"score": round(float(score), 4), "changed": changes(program, candidate)}
+            for candidate, score in sorted(scored, key=lambda pair: -pair[1])]
+
+
 def dspy_metric(name: str, success_threshold: float = 1.0) -> Callable[..., float | bool]:
     """The metric `name` as DSPy calls it: a score without a trace, a success (score >= threshold) with one."""
     score = get_metric(name)
@@ -208,7 +220,7 @@ def _arguments(teleprompter: str, metric: str, success_threshold: float, prompt_
                 {"trainset": trainset, "valset": devset})
     if teleprompter == "gepa":
         return ({"metric": feedback_metric(metric, retriever), "reflection_lm": prompt_lm, "num_threads": threads,
-                 "seed": seed, "auto": "light"}, {"trainset": trainset, "valset": devset})
+                 "seed": seed, "auto": "light", "track_stats": True}, {"trainset": trainset, "valset": devset})
     if teleprompter == "copro":
         return ({"metric": scored, "prompt_model": prompt_lm},
                 {"trainset": trainset, "eval_kwargs": {"num_threads": threads, "display_progress": False}})

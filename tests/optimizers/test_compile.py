@@ -12,7 +12,7 @@ from arag.cli_optimize import compile_command, tune_command
 from arag.data import load_corpus, load_examples
 from arag.errors import ConfigError, DataError
 from arag.evaluate import evaluate
-from arag.optimizers.compile import PROPOSAL_MAX_TOKENS, changes, compile, dspy_metric, feedback_metric
+from arag.optimizers.compile import PROPOSAL_MAX_TOKENS, changes, compile, dspy_metric, feedback_metric, tried
 from arag.optimizers.saving import load_program
 from arag.programs import build_program
 from arag.retrievers import BM25Retriever
@@ -127,6 +127,7 @@ def test_arag_compile_keeps_the_written_demos_when_asked(retriever, tmp_path, mo
             demos[keep] = [d["question"] for d in document["state"]["next_follow_up"]["demos"]]
             costs[keep], served[keep] = document["meta"]["cost"]["lm_calls"], server.engine.count
             changed = document["meta"]["changed"]
+            assert document["meta"]["tried"] == []  # BootstrapFewShot scores no candidates on a validation set
             assert changed["next_follow_up"] == {"instructions": None, "demos": len(demos[keep])}
     assert len(demos[False]) == 2 and demos[True] == written + demos[False]
     # The second compile's calls came from DSPy's cache: the server answered none, and they still count as cost.
@@ -161,6 +162,9 @@ def test_prompt_optimizers_adopt_the_prompt_lms_instruction_when_it_scores_bette
     (changed,) = changes(program, compiled).values()  # single-rag's one predictor
     assert changed["instructions"] == compiled.generate_answer.signature.instructions
     assert program.generate_answer.signature.instructions == original and compiled.config == program.config
+    weighed = [(c["score"], *c["changed"].values()) for c in tried(program, compiled)]
+    assert weighed[0] == (1.0, changed) and weighed[-1] == (0.0, {"instructions": None, "demos": 0})
+    assert [score for score, _ in weighed] == sorted((score for score, _ in weighed), reverse=True)
 
 
 def test_the_task_lm_reflecting_for_itself_is_capped_and_answers_questions_with_its_own_budget(retriever):
