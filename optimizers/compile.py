@@ -35,6 +35,8 @@ TELEPROMPTERS: dict[str, type] = {
     "copro": dspy.COPRO,
     "simba": dspy.SIMBA,
 }
+PROPOSING = ("mipro", "gepa", "copro", "simba")
+"""The teleprompters whose prompt LM writes instructions (GEPA's reflects)."""
 PROPOSAL_MAX_TOKENS = 1024
 """The task LM's token cap when it also proposes instructions or reflects (no `prompt_lm` given): a small local
 model that does not stop would otherwise write to the LM's whole budget (4,096 tokens) on every proposal, minutes
@@ -84,6 +86,10 @@ def compile(
     if not 0.0 <= success_threshold <= 1.0:
         raise ConfigError(f"success_threshold must be in [0, 1], got {success_threshold}")
     task_lm = require_lm()
+    if prompt_lm is None and teleprompter in PROPOSING:
+        logger.info("%s writes new instructions with the task LM itself: a small model may answer the examples "
+                    "instead of rewriting the instruction (docs/tuning.md); give a stronger prompt_lm where one is at "
+                    "hand", teleprompter)
     name = metric or default_metrics(trainset[0])[0]
     get_metric(name)
     if teleprompter == "copro" and devset:

@@ -1,6 +1,7 @@
 """Compiling with DSPy teleprompters: the metric adapters each one calls, and `arag compile`."""
 
 import json
+import logging
 from pathlib import Path
 
 import dspy
@@ -167,7 +168,7 @@ def test_prompt_optimizers_adopt_the_prompt_lms_instruction_when_it_scores_bette
     assert [score for score, _ in weighed] == sorted((score for score, _ in weighed), reverse=True)
 
 
-def test_the_task_lm_reflecting_for_itself_is_capped_and_answers_questions_with_its_own_budget(retriever):
+def test_the_task_lm_reflecting_for_itself_is_capped_and_answers_questions_with_its_own_budget(retriever, caplog):
     def task(call):
         if "answer" not in call.output_fields:  # GEPA's reflection, proposing an instruction
             return f"```\n{GOOD_INSTRUCTION}\n```" if call.raw else fields(call, GOOD_INSTRUCTION)
@@ -182,10 +183,12 @@ def test_the_task_lm_reflecting_for_itself_is_capped_and_answers_questions_with_
         return answer(call, **settings)
 
     lm.engine.answer = recorded
+    caplog.set_level(logging.INFO, logger="arag")
     with dspy.context(lm=lm):
         compile(build_program("single-rag", retriever, k=2, reasoning="direct"), EXAMPLES[:4], EXAMPLES[4:6],
                 teleprompter="gepa", metric="em", max_metric_calls=8, reflection_minibatch_size=2)
     assert caps[False] == {PROPOSAL_MAX_TOKENS}
+    assert "gepa writes new instructions with the task LM itself" in caplog.text  # the hint for a small model
     assert caps[True] and PROPOSAL_MAX_TOKENS not in caps[True]  # the program's calls keep their own budgets
 
 
