@@ -168,19 +168,21 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     """One Markdown table of every dataset's cells over those of its `selected` questions each has answered:
     scores, each one's difference from single-rag on the same questions with its 95 % interval (and a compiled
     or tuned row's from its own program), costs per question (prompt tokens with, in brackets, those llama.cpp
-    reused from the call before), and the rule that set the cell's number of questions; then the model and the
-    commits the rows were answered at."""
+    reused from the call before), and the rule that set the cell's number of questions; then the model, the
+    commits the rows were answered at and the CPU kinds they were answered on."""
     print(f"The {which} of each dataset (the split of its source they come from beside its name)\n")
     print("| dataset | program | n | n rule | failed | EM | F1 | F1 − single-rag [95 %] | F1 − own program [95 %] "
           "| match | match − single-rag [95 %] | LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q "
           "| s/q |")
     print("|---" * 16 + "|")
     commits: Counter = Counter()
+    cpus: Counter = Counter()
     for dataset, examples in selected.items():
         runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
         for program, _ in runs:
             kept = read_results(results / dataset / f"{program}.jsonl")
             commits.update(kept[e.id].commit for e in examples if e.id in kept)
+            cpus.update(kept[e.id].cpu or "not recorded" for e in examples if e.id in kept)
         by_name = dict(runs)
         baseline = BASELINE if BASELINE in by_name else None
         answered = {row.id for rows in by_name.values() for row in rows}
@@ -202,7 +204,9 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
                   f"| {row['match']:.3f} | {match_change} | {calls} | {prompt}{reused} | {completion} | {retrievals} "
                   f"| {seconds} |")
     answered_at = ", ".join(f"{commit} ({count})" for commit, count in commits.most_common())
-    print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}.")
+    answered_on = ", ".join(f"{cpu} ({count})" for cpu, count in cpus.most_common())
+    print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}. "
+          f"CPUs they were answered on (questions): {answered_on or 'none yet'}.")
 
 
 def per_question(value: float | None, spec: str) -> str:

@@ -2,14 +2,15 @@
 compact rows of its run folder's rows, read and written only here.
 
 A kept row is a run's row (`arag.runs.Row`) without its question, gold answers and trace text: the answer, scores,
-costs, the count of each step kind and the commit that answered it. A cell's file is written whole, atomically.
+costs, the count of each step kind, the commit that answered it and the kind of CPU it was answered on (a local
+model's greedy answers can differ between CPU kinds). A cell's file is written whole, atomically.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ from pydantic import ConfigDict, TypeAdapter
 
 from arag.data._io import atomic_writer
 from arag.errors import DataError
+from arag.lm.local import cpu_kind
 from arag.runs import PREDICTIONS, Row, Run, RunRecord, last_rows, summarize
 from arag.runs.records import Counts, Number, Text, Whole, read_declared
 
@@ -37,6 +39,7 @@ class KeptRow(Counts):
     error_step: Text | None = None
     steps: dict[str, Whole]  # how many steps of each kind the trace holds
     commit: Text
+    cpu: Text | None = None  # `cpu_kind()` of the machine that answered it; None: not recorded (older rows)
 
     @property
     def failed(self) -> bool:
@@ -44,11 +47,11 @@ class KeptRow(Counts):
 
     @classmethod
     def of(cls, row: Row, commit: str) -> KeptRow:
-        """What the results keep of a run folder's row, answered at `commit`."""
+        """What the results keep of a run folder's row, answered at `commit` on this machine."""
         return cls(id=row.id, prediction=row.prediction, metrics=row.metrics,
                    **row.counts(), seconds=row.seconds,
                    error_kind=row.error_kind if row.failed else None, error_step=row.error_step if row.failed else None,
-                   steps=dict(Counter(step.kind for step in row.trace)), commit=commit)
+                   steps=dict(Counter(step.kind for step in row.trace)), commit=commit, cpu=cpu_kind())
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> KeptRow:
@@ -64,7 +67,7 @@ class KeptRow(Counts):
             kept["seconds"] = self.seconds
         if self.failed:
             kept.update(error_kind=self.error_kind, error_step=self.error_step)
-        return {**kept, "steps": self.steps, "commit": self.commit}
+        return {**kept, "steps": self.steps, "commit": self.commit, **({"cpu": self.cpu} if self.cpu else {})}
 
     def as_row(self, example: dspy.Example) -> Row:
         """The kept row as readers of runs (`arag table`, `arag report`) take it: the question and gold answers read
@@ -96,7 +99,8 @@ def cell_rows(results: Path, dataset: str, cell: str, examples: list[dspy.Exampl
 
 def sync(run_dir: Path, results: Path, commit: str) -> dict[str, KeptRow]:
     """The cell's results, with every question the run folder finished since added (the run folder's newer row
-    wins: a failure retried); written atomically."""
+    wins: a failure retried); written atomically. Run folders stay on the machine that answered their rows, so a
+    kept row that one holds and that lacks its CPU kind gets this machine's."""
     kept = read_results(results)
     run_rows = last_rows(run_dir) if (run_dir / PREDICTIONS).exists() else []
     changed = False
@@ -104,6 +108,9 @@ def sync(run_dir: Path, results: Path, commit: str) -> dict[str, KeptRow]:
         earlier = kept.get(row.id)
         if earlier is None or earlier.seconds != row.seconds:
             kept[row.id] = KeptRow.of(row, earlier.commit if earlier else commit)
+            changed = True
+        elif earlier.cpu is None:
+            kept[row.id] = replace(earlier, cpu=cpu_kind())
             changed = True
     if changed:
         with atomic_writer(results) as handle:

@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -142,13 +143,31 @@ def _model_params(**fields: Any) -> Iterator[None]:
         bindings.llama_model_default_params = defaults
 
 
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
 def cpu_has_amx() -> bool:
     """Whether this CPU lists Intel AMX (``amx_tile``) in /proc/cpuinfo: where llama.cpp's native build uses its
     AMX kernels, which crash (a segmentation fault in ``ggml_backend_amx_mul_mat``) on quantised models."""
-    try:
-        return "amx_tile" in Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
+    return "amx_tile" in _cpuinfo().split()
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_kind() -> str:
+    """This machine's CPU as far as llama.cpp's arithmetic goes: its model name and the widest vector extension
+    llama.cpp's native build uses (`AMD EPYC · avx512`). The same model, prompt and greedy decoding can answer
+    differently on another kind, so results say which kind answered them."""
+    info = _cpuinfo()
+    flags = set(info.split())
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 platform.processor() or platform.machine())
+    widest = next((name for flag, name in (("amx_tile", "amx"), ("avx512f", "avx512"), ("avx2", "avx2"))
+                   if flag in flags), "no avx2")
+    return f"{model} · {widest}"
 
 
 @functools.lru_cache(maxsize=None)

@@ -18,6 +18,7 @@ from pathlib import Path
 import dspy
 import pytest
 
+from arag.lm.local import cpu_kind
 from arag.optimizers.saving import save_program
 from arag.passages import Passage
 from arag.programs import build_program
@@ -149,6 +150,19 @@ def test_sync_gives_rows_the_commit_of_the_process_that_answered_them(shared_dat
     commits = {path.stem: {json.loads(line)["commit"] for line in path.read_text().splitlines()}
                for path in (tmp_path / "results" / "hotpotqa").glob("*.jsonl")}
     assert commits == {"single-rag": {"abc1234"}, "no-retrieval": {head.strip()}}
+    # Rows kept before CPU kinds were recorded get this machine's where its run folder holds them, and only there.
+    path = tmp_path / "results" / "hotpotqa" / "no-retrieval.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {row["cpu"] for row in rows} == {cpu_kind()}
+    for row in rows:
+        del row["cpu"]
+    stranger = {**rows[0], "id": "answered-elsewhere"}  # no run folder here holds it
+    path.write_text("".join(json.dumps(row) + "\n" for row in [*rows, stranger]))
+    from_results(tmp_path, "--sync", "--runs", str(tmp_path / "runs"))
+    cpus = {json.loads(line)["id"]: json.loads(line).get("cpu") for line in path.read_text().splitlines()}
+    assert cpus == {**{row["id"]: cpu_kind() for row in rows}, "answered-elsewhere": None}
+    table = from_results(tmp_path, "--table")
+    assert f"CPUs they were answered on (questions): {cpu_kind()} (12)." in table  # the table's 6 questions, 2 cells
 
 
 def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):

@@ -9,6 +9,7 @@ import dspy
 import pytest
 
 from arag.errors import DataError
+from arag.lm.local import cpu_kind
 from arag.runs import Row
 from arag.runs.table import table_rows
 from arag.trace import Answer, Retrieve, read_step
@@ -53,12 +54,13 @@ def test_a_run_row_is_kept_without_its_text_and_a_failure_by_its_kind():
     assert KeptRow.of(answered, "abc1234").to_json() == {
         "id": "q0", "prediction": "a", "metrics": {"em": 1.0}, "lm_calls": 1, "prompt_tokens": 10,
         "completion_tokens": 2, "retrieval_calls": 1, "distinct_passages": 1, "seconds": 1.5,
-        "steps": {"retrieve": 1, "answer": 1}, "commit": "abc1234"}
+        "steps": {"retrieve": 1, "answer": 1}, "commit": "abc1234", "cpu": cpu_kind()}
     failed = Row(id="q1", question="Q?", answers=["a"], metrics={"em": 0.0}, trace=[], error="LMError: down",
                  error_kind="LMError", error_step=None, seconds=0.5)
     kept = KeptRow.of(failed, "abc1234")
     assert kept.to_json() == {"id": "q1", "prediction": None, "metrics": {"em": 0.0}, "seconds": 0.5,
-                              "error_kind": "LMError", "error_step": None, "steps": {}, "commit": "abc1234"}
+                              "error_kind": "LMError", "error_step": None, "steps": {}, "commit": "abc1234",
+                              "cpu": cpu_kind()}
     assert kept.as_row(dspy.Example(question="Q?", answers=["a"])).failed
 
 
