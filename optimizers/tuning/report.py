@@ -68,8 +68,8 @@ def write_report(study: optuna.Study, out_dir: str | Path, goals: Sequence[Objec
 
 def _write_front(out_dir: Path, pareto: list[dict[str, Any]]) -> str:
     """pareto.json, and pareto/trial-N.json for each distinct point of the front: of members that tie on every
-    objective only the first trial gets a file, the others name it in `same_point_as`. Files of trials that left
-    the front (a resumed study) are removed."""
+    objective only the first trial gets a file, the others name it in `same_point_as`. Files this study wrote for
+    trials that have left the front (a resumed study) are removed; any other file is left alone."""
     first_of: dict[tuple, int] = {}
     for point in pareto:
         first = first_of.setdefault(tuple(point["values"].values()), point["trial"])
@@ -77,13 +77,25 @@ def _write_front(out_dir: Path, pareto: list[dict[str, Any]]) -> str:
             point["same_point_as"] = first
     folder = out_dir / "pareto"
     kept = {f"trial-{trial}" for trial in first_of.values()}
+    study = pareto[0]["study"]
     for stale in folder.glob("trial-*.json"):
-        if stale.stem not in kept:
+        if stale.stem not in kept and _front_member_of(stale, study):
             stale.unlink()
     for point in pareto:
         if "same_point_as" not in point:
             _write_json(folder / f"trial-{point['trial']}.json", point)
     return _write_json(out_dir / "pareto.json", pareto)
+
+
+def _front_member_of(path: Path, study: str) -> bool:
+    """Whether `path` is a plain file that a front of `study` wrote (never a link, nor a file of anything else)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        data = ujson.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("study") == study and "trial" in data
 
 
 def _point(trial: FrozenTrial, goals: Sequence[Objective], program_name: str, study_name: str) -> dict[str, Any]:

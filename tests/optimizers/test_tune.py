@@ -128,9 +128,14 @@ def test_two_objectives_give_the_pareto_front_of_quality_against_tokens(retrieve
 
 
 def test_members_that_tie_on_every_objective_share_one_parameter_file(retriever, tmp_path):
-    stale = tmp_path / "pareto" / "trial-99.json"  # a member of an earlier front of this folder
-    stale.parent.mkdir()
-    stale.write_text("{}")
+    (tmp_path / "pareto").mkdir()
+    stale = tmp_path / "pareto" / "trial-99.json"  # a member of an earlier front of this study
+    stale.write_text(ujson.dumps({"study": "single-rag-em-lm_calls", "trial": 99, "params": {}}))
+    foreign = tmp_path / "pareto" / "trial-98.json"  # a file the study did not write: left alone
+    foreign.write_text("{}")
+    target = tmp_path / "kept.json"
+    target.write_text(stale.read_text())
+    (tmp_path / "pareto" / "trial-97.json").symlink_to(target)  # a link is never followed nor removed
     space = SearchSpace(ranges={"k": (3, 4)}, fixed={"reasoning": "direct"})  # every trial: one LM call a question
     config = TuningConfig(trials=6, out_dir=tmp_path, objectives=("em", "lm_calls"), space=space, seed=3, plots=False)
     front = tune("single-rag", EXAMPLES[:8], retriever, config, lm=scripted_lm(answers_when_the_evidence_fits)).pareto
@@ -138,7 +143,9 @@ def test_members_that_tie_on_every_objective_share_one_parameter_file(retriever,
     first = {}
     for point in front:
         first.setdefault(tuple(point["values"].values()), point["trial"])
-    assert {p.name for p in (tmp_path / "pareto").iterdir()} == {f"trial-{t}.json" for t in first.values()}
+    written = {p.name for p in (tmp_path / "pareto").iterdir()} - {"trial-98.json", "trial-97.json"}
+    assert written == {f"trial-{t}.json" for t in first.values()}
+    assert foreign.read_text() == "{}" and target.exists() and (tmp_path / "pareto" / "trial-97.json").is_symlink()
     for point in front:
         same = first[tuple(point["values"].values())]
         assert point.get("same_point_as", point["trial"]) == same and same <= point["trial"]
