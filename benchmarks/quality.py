@@ -1,7 +1,7 @@
 """The quality table: programs × datasets on one model and retriever, resumable, with intervals and costs.
 
     python benchmarks/quality.py [--model qwen2.5-coder-1.5b] [--n N] [--programs single-rag,flare,...]
-                                 [--datasets hotpotqa,popqa,2wiki] [--table | --report FOLDER]
+                                 [--datasets hotpotqa,popqa,2wiki,musique] [--table | --report FOLDER]
 
 Every program runs with its defaults over the table's questions of each dataset (a fixed order, so every program
 sees the same questions; quality_plan.py says which, and which are kept apart for training): HotpotQA
@@ -258,7 +258,7 @@ def main() -> int:
                         help="run what adaptive-rag's router learns from, with --skip and --runs and --results of "
                              "their own: no-retrieval and single-rag on every question, ircot on those whose label "
                              "their answers leave open (a single-hop question both missed)")
-    parser.add_argument("--datasets", default="hotpotqa,popqa,2wiki",
+    parser.add_argument("--datasets", default=",".join(DATASETS),
                         help=f"comma-separated, of: {', '.join(DATASETS)}")
     parser.add_argument("--param", action="append", default=[], metavar="PROGRAM.NAME=VALUE",
                         help="a program's parameter (repeatable), e.g. adaptive-rag.classifier=router.json")
@@ -313,6 +313,8 @@ def main() -> int:
     cells += [tuned_cell(path) for path in args.tuned]
     if args.cache and args.cache.exists() and not args.cache.is_dir():
         raise SystemExit(f"--cache {args.cache} is a file; give a folder for the shared DSPy cache")
+    if args.report and args.report.exists() and not args.report.is_dir():
+        raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")
     for cell in cells:  # a bad value stops here, before the model loads
         cell.spec()
     shown = cells + held_variants(results, programs, names, {cell.name for cell in cells})
@@ -335,8 +337,6 @@ def main() -> int:
             print(f"{name} has {len(examples)} questions to take, fewer than --n {args.n}: all of them are taken",
                   file=sys.stderr)
     if args.report:
-        if args.report.exists() and not args.report.is_dir():
-            raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")
         args.report.mkdir(parents=True, exist_ok=True)
         for dataset in names:
             check_out(args.report / f"{dataset}.html")

@@ -201,8 +201,9 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--report", str(ROOT / "pyproject.toml")], "pyproject.toml is a file; give the folder"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, bad, message):
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results", str(tmp_path), *bad],
-                          capture_output=True, text=True, cwd=ROOT)
+    """Each is refused before a dataset is read: the shared folder given does not exist."""
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quality.py"), "--results", str(tmp_path),
+                           "--shared", str(tmp_path / "no-datasets"), *bad], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0 and message in done.stderr
     assert not any(tmp_path.iterdir())
 
