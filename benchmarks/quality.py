@@ -77,7 +77,7 @@ BASELINE = "single-rag"
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
-         "crag", "self-crag", "react", "adaptive-rag")
+         "crag", "self-crag", "react", "adaptive-rag", "dragin")
 # The uncertainty gate's ask signal is told the date: the table fixes it, so that a cell resumed on another day asks
 # the same questions (and a shared DSPy cache answers them).
 TABLE_PARAMS = {"uncertainty-gate": {"today": "2026-11-28"}}
