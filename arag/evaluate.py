@@ -29,6 +29,7 @@ from arag.lm import require_lm
 from arag.programs.frame.base import MAX_LM_CALLS_SETTING
 from arag.runs import COUNTS, SUMMARY, Row, RunFolder, RunRecord, summarize
 from arag.trace import read_step
+from arag.trace.recorder import CACHE_HIT_LISTENER, charge_to_trace, reporting_cache_hits
 
 MAX_ERRORS = 10  # failed examples in a row that stop a run: the setup, not the questions, is likely at fault
 
@@ -61,6 +62,10 @@ def evaluate(
     `RunSpec` makes it for the runs it sets up), is stored in `out_dir/run.json` and in the summary; a folder holding
     a run of other settings is refused, never resumed.
 
+    An LM call answered from DSPy's disk cache counts with the tokens it cost when it was made, so that a run's
+    costs do not depend on what earlier runs left in the cache (unless the caller already listens to cache hits,
+    as a tuning trial's ledger does); its seconds are this run's.
+
     An example that fails (QuestionFailed: an unreadable output, a failed LM call, ...) is recorded with
     its error's kind, message and step, its partial trace and what it spent; the run goes on. A user
     error (AragError) stops the run, and so do `max_errors` failed examples in a row (None: never).
@@ -78,7 +83,7 @@ def evaluate(
     else:
         record = run_info if isinstance(run_info, RunRecord) else RunRecord.from_json(run_info, "run_info")
     store = RunFolder(Path(out_dir), record) if out_dir is not None else None
-    with store or nullcontext():
+    with store or nullcontext(), reporting_cache_hits():
         finished = store.finished() if store else {}
         attempts = store.attempts() if store else {}
         todo = [ex for ex in devset if str(ex.id) not in finished]
@@ -87,10 +92,12 @@ def evaluate(
         failures_in_row = 0
         interrupted = False
 
-        cap = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
+        settings = {} if max_lm_calls is None else {MAX_LM_CALLS_SETTING: max_lm_calls}
+        if dspy.settings.get(CACHE_HIT_LISTENER) is None:
+            settings[CACHE_HIT_LISTENER] = charge_to_trace
 
         def run_one(example: dspy.Example) -> Row:
-            with dspy.context(**cap):
+            with dspy.context(**settings):
                 return _run_example(program, example, metrics, attempt=attempts.get(str(example.id), 0))
 
         bar = tqdm(total=len(devset), initial=len(devset) - len(todo), disable=not progress, unit="q")

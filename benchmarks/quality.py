@@ -68,7 +68,6 @@ from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
 from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
-from arag.trace.recorder import CACHE_HIT_LISTENER, charge_to_trace, reporting_cache_hits  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
@@ -131,8 +130,7 @@ def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Pat
         print(f"{cell.name:<24}{dataset:<10}{len(examples) - len(todo):>4} answered, {len(todo)} to run", flush=True)
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / ANSWERED_AT).write_text(commit + "\n")
-        with (isolated_cache(folder=cache / dataset if cache else None), reporting_cache_hits(),
-              dspy.context(**{CACHE_HIT_LISTENER: charge_to_trace if cache else None})):
+        with isolated_cache(folder=cache / dataset if cache else None):
             cell.spec(lm, corpus).evaluate(todo, dataset=dataset, out_dir=run_dir, metrics=list(METRICS),
                                            progress=sys.stderr.isatty(), max_errors=None)
         kept = sync(run_dir, cell_results, commit)

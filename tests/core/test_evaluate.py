@@ -62,6 +62,22 @@ def test_rerun_skips_finished_examples(tmp_path):
     assert len(read_rows(tmp_path)) == 7
 
 
+def test_answers_from_the_cache_of_an_earlier_run_cost_the_tokens_they_first_cost(tmp_path):
+    program = build_program("no-retrieval")
+    first = scripted_lm(echo_item)
+    with dspy.context(lm=first):
+        fresh = evaluate(program, examples(3), out_dir=tmp_path / "first", progress=False)
+    again = scripted_lm(echo_item, name=first.model)  # the same model name: DSPy's cache answers every call
+    with dspy.context(lm=again):
+        cached = evaluate(program, examples(3), out_dir=tmp_path / "again", progress=False)
+    assert again.engine.count == 0
+    assert [row.prediction for row in cached.rows] == [row.prediction for row in fresh.rows]
+    assert [(row.lm_calls, row.prompt_tokens, row.completion_tokens) for row in cached.rows] == \
+        [(row.lm_calls, row.prompt_tokens, row.completion_tokens) for row in fresh.rows]
+    assert all(row.prompt_tokens > 0 and row.completion_tokens > 0 for row in fresh.rows)
+    assert cached.summary["totals"]["prompt_tokens"] == fresh.summary["totals"]["prompt_tokens"]
+
+
 def test_failed_examples_are_recorded_then_retried(tmp_path):
     program = build_program("no-retrieval", reasoning="direct")
     # Every call fails with a 500 that DSPy's retries cannot fix within the run.
