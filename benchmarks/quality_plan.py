@@ -25,7 +25,7 @@ from arag.runs import Row
 from arag.runs.table import paired_difference, question_scores
 
 CORE = ("no-retrieval", "single-rag", "flare", "ircot", "iter-retgen", "crag", "self-rag", "adaptive-rag",
-        "adaptive-note", "uncertainty-gate", "search-o1")
+        "adaptive-note", "uncertainty-gate", "search-o1", "dragin")
 CORE_N = {"hotpotqa": 60, "popqa": 57, "2wiki": 40, "musique": 40}
 FIRST_N, BLOCK, MOST_N, WIDE = 20, 10, 60, 0.10
 
