@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 
 from arag.errors import ConfigError
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES
-from arag.programs.adaptive_rag.router import embed_questions, write_router_file
+from arag.programs.adaptive_rag.router import embed_questions, logistic_regression, write_router_file
 from arag.retrievers.dense import DEFAULT_MODEL
 from arag.runs import Row, Run, load_run
 
@@ -221,8 +221,7 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
     that share."""
     if not 0 < held_out < 1:
         raise ConfigError(f"--held-out must be between 0 and 1, got {held_out}")
-    from sklearn.linear_model import LogisticRegression
-
+    regression = logistic_regression(max_iter=1000, random_state=seed)  # before any work: scikit-learn present?
     ordered = sorted(labelled, key=lambda q: (q.dataset, q.id))
     random.Random(seed).shuffle(ordered)
     cut = round(len(ordered) * held_out)
@@ -234,7 +233,6 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
     if len(set(train_labels)) < 2:
         raise ConfigError(f"every training question is labelled {train_labels[0]}: a classifier needs two labels "
                           "(more questions, or a more lenient --metric or --correct-at, such as f1 at 0.5)")
-    regression = LogisticRegression(max_iter=1000, random_state=seed)
     regression.fit(embed_questions([q.question for q in train], encoder), train_labels)
     predicted = [str(label) for label in regression.predict(embed_questions([q.question for q in test], encoder))]
     write_router_file(out, regression, encoder, {

@@ -74,16 +74,24 @@ def embed_questions(questions: Sequence[str], encoder: str = DEFAULT_MODEL) -> n
         return model.encode(list(questions), normalize_embeddings=True, convert_to_numpy=True)
 
 
+def logistic_regression(**params: Any) -> Any:
+    """An unfitted scikit-learn LogisticRegression; a ConfigError naming the extra where scikit-learn is absent."""
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        raise ConfigError("a trained router needs scikit-learn and sentence-transformers: "
+                          "pip install 'dspy-arag[router]'") from None
+    return LogisticRegression(**params)
+
+
 class TrainedRouter:
     """A router file's logistic regression over question embeddings."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
         stored = read_router_file(self.path)
-        from sklearn.linear_model import LogisticRegression
-
         self.encoder = stored["encoder"]
-        self.regression = LogisticRegression()
+        self.regression = logistic_regression()
         self.regression.classes_ = np.array(stored["labels"])
         self.regression.coef_ = np.array(stored["coef"], dtype=float)
         self.regression.intercept_ = np.array(stored["intercept"], dtype=float)

@@ -1,6 +1,7 @@
 """Adaptive-RAG: routing by complexity to no retrieval, one retrieval or IRCoT; the trained router and its training."""
 
 import json
+import sys
 
 import dspy
 import pytest
@@ -258,6 +259,18 @@ def test_the_trained_router_learns_the_labels_and_saves_calls(tmp_path):
     assert step["label"] == "A" and step["classifier"] == str(out)
     assert step["probabilities"]["A"] > 0.5
     assert lm.engine.count == 1  # the router makes no LM call: only the closed-book answer
+
+
+def test_a_missing_scikit_learn_names_the_extra_before_any_work(tmp_path, monkeypatch):
+    out = tmp_path / "router.json"
+    train_router(label_runs(fruit_and_film_runs(tmp_path)), out, held_out=0.25, seed=1)
+    for module in ("sklearn", "sklearn.linear_model"):  # as in an environment without the `router` extra
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ConfigError, match=r"needs scikit-learn .*dspy-arag\[router\]"):
+        build_program("adaptive-rag", TemplateRetriever(), classifier=str(out))
+    with pytest.raises(ConfigError, match=r"dspy-arag\[router\]"):
+        train_router(label_runs(fruit_and_film_runs(tmp_path / "again")), tmp_path / "other.json")
+    assert not (tmp_path / "other.json").exists()
 
 
 def test_one_label_only_cannot_train_a_router(tmp_path):
