@@ -32,7 +32,11 @@ adaptive-rag's row needs a router trained on this model's runs over other questi
 `--router-labels` runs what its labels need on questions apart from the table's (`--skip 20 --n 30 --runs
 runs/router/MODEL --results benchmarks/results/router/MODEL`): no-retrieval and single-rag on each, ircot on those
 whose label their answers leave open; then `--train-router router.json` with the same --skip, --n and --results
-(or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here.
+(or `arag train-router` on their run folders), and `--param adaptive-rag.classifier=router.json` here. The table's
+questions that router learned from (PopQA has no others to learn from) are left out of the cell, or routed by a
+second router trained on the table's results apart from them (`--train-router second.json --apart-from
+router.json`, then `--second-router second.json` beside the --param): each question is routed by a router that
+never saw it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,6 @@ from quality_cells import Cell, compiled_cell, held_variants, own_program, tuned
 from quality_plan import (  # noqa: E402
     DATASETS,
     FIRST_N,
-    router_training_ids,
     split_of,
     table_questions,
     target_n,
@@ -64,6 +67,7 @@ from quality_results import KeptRow, cell_rows, read_results, results_run, sync 
 import arag  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
 from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
+from arag.programs.adaptive_rag.router import learned_questions  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
 from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
@@ -81,6 +85,7 @@ ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "it
 # the same questions (and a shared DSPy cache answers them).
 TABLE_PARAMS = {"uncertainty-gate": {"today": "2026-11-28"}}
 ANSWERED_AT = "answered-at"  # in a run folder: the commit of the process answering its questions
+SECOND_ROUTER = "-second-router"  # the run folder of adaptive-rag's questions that its --second-router routes
 
 logging.getLogger("dspy.clients.lm").setLevel(logging.ERROR)
 
@@ -117,11 +122,12 @@ def current_commit() -> str:
 
 
 def run_cell(cell: Cell, dataset: str, examples: list[dspy.Example], corpus: Path, lm: dspy.LM,
-             runs: Path, results: Path, cache: Path | None = None) -> dict[str, KeptRow]:
+             runs: Path, results: Path, cache: Path | None = None, run_name: str | None = None) -> dict[str, KeptRow]:
     """One cell on one dataset: the questions its results lack (or failed) answered, its results returned;
     FolderInUse when another process is running it. `cache`: the folder of a DSPy cache the cells share (one a
-    dataset), whose answers count as LM calls with the tokens they first cost; by default a fresh one."""
-    run_dir, cell_results = runs / dataset / cell.name, results / dataset / f"{cell.name}.jsonl"
+    dataset), whose answers count as LM calls with the tokens they first cost; by default a fresh one.
+    `run_name`: the run folder, when not the cell's name (a share of its questions run with other parameters)."""
+    run_dir, cell_results = runs / dataset / (run_name or cell.name), results / dataset / f"{cell.name}.jsonl"
     check_run_folder(run_dir)  # FolderInUse while another process runs this cell
     commit = current_commit()
     kept = sync(run_dir, cell_results, commit)
@@ -236,6 +242,15 @@ def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label
     return [e for e in examples if e.id in needed]
 
 
+def check_trained_apart(second: Path, first: Path) -> None:
+    """Refuse a second router that learned from any question the first one did: it routes those questions."""
+    shared = {dataset: ids & learned_questions(second).get(dataset, set())
+              for dataset, ids in learned_questions(first).items()}
+    if overlap := sum(len(ids) for ids in shared.values()):
+        raise SystemExit(f"--second-router {second} learned from {overlap} of the questions {first} learned from, "
+                         f"which it is to route: train it apart from them (--train-router FILE --apart-from {first})")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="a name of `arag models`")
@@ -282,6 +297,13 @@ def main() -> int:
     parser.add_argument("--train-router", type=Path, metavar="FILE",
                         help="only train adaptive-rag's router on the results of no-retrieval, single-rag and ircot "
                              "(the router's own: with --skip and their --results) and write it to FILE")
+    parser.add_argument("--apart-from", type=Path, metavar="ROUTER",
+                        help="with --train-router on the table's questions: leave out those the router file ROUTER "
+                             "learned from, for a second router that routes them (--second-router)")
+    parser.add_argument("--second-router", type=Path, metavar="FILE",
+                        help="adaptive-rag: route the table's questions that --param adaptive-rag.classifier's "
+                             "router learned from with this router, trained apart from them (--train-router FILE "
+                             "--apart-from ROUTER); without it those questions are left out of the cell")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -315,13 +337,22 @@ def main() -> int:
         raise SystemExit(f"--report {args.report} is a file; give the folder to write DATASET.html into")
     for cell in cells:  # a bad value stops here, before the model loads
         cell.spec()
+    if args.apart_from and not args.train_router:
+        raise SystemExit("--apart-from leaves questions out of a router's training: give it with --train-router")
+    routers = [cell.params["classifier"] for cell in cells if cell.program == "adaptive-rag" and not cell.compiled
+               and cell.params.get("classifier", "lm") != "lm"]
+    if args.second_router:
+        if not routers:
+            raise SystemExit("--second-router routes what adaptive-rag's router learned from: give it with "
+                             "--programs adaptive-rag --param adaptive-rag.classifier=ROUTER.json")
+        check_trained_apart(args.second_router, Path(routers[0]))
     shown = cells + held_variants(results, programs, names, {cell.name for cell in cells})
     cell_names = [cell.name for cell in shown]
     if args.sync:
         for dataset in names:
             for cell in (cell.name for cell in cells):
-                run_dir = runs / dataset / cell
-                sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
+                for run_dir in (runs / dataset / cell, runs / dataset / f"{cell}{SECOND_ROUTER}"):
+                    sync(run_dir, results / dataset / f"{cell}.jsonl", answering_commit(run_dir))
     if args.skip:
         n = args.n or FIRST_N
         selected = {name: training_questions(DATASETS[name], args.shared, n, args.skip) for name in names}
@@ -344,8 +375,13 @@ def main() -> int:
             print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.train_router:
         strategies = [Cell(name, name) for name in STRATEGIES.values()]
+        apart = learned_questions(args.apart_from) if args.apart_from else {}
+        for dataset, examples in selected.items():
+            if left_out := sum(e.id in apart.get(dataset, ()) for e in examples):
+                print(f"{dataset}: left out the {left_out} questions {args.apart_from} learned from")
         strategy_runs = [run for dataset, examples in selected.items()
-                         for run in result_runs(results, strategies, dataset, examples, label)]
+                         for run in result_runs(results, strategies, dataset,
+                                                [e for e in examples if e.id not in apart.get(dataset, ())], label)]
         for line in train_router(label_runs(strategy_runs), args.train_router).lines():
             print(line)
         print(f"wrote {args.train_router}")
@@ -366,8 +402,10 @@ def main() -> int:
                 if not examples:
                     print(f"{cell.name:<24}{dataset:<10}   0 questions: no label waits on it", flush=True)
                     continue
-            if cell.program == "adaptive-rag" and not args.skip:
-                learned = router_training_ids(ROOT / "benchmarks" / "results" / "router" / label, dataset)
+            routed_apart: list[dspy.Example] = []
+            if cell.program == "adaptive-rag" and cell.params.get("classifier") in routers and not args.skip:
+                learned = learned_questions(cell.params["classifier"]).get(dataset, set())
+                routed_apart = [e for e in examples if e.id in learned] if args.second_router else []
                 examples = [e for e in examples if e.id not in learned]
             corpus = DATASETS[dataset].corpus(args.shared)
             try:
@@ -375,6 +413,11 @@ def main() -> int:
                     kept = run_cell(cell, dataset, examples, corpus, lm, runs, results, args.cache)
                 else:
                     examples, kept = run_planned_cell(cell, dataset, examples, corpus, lm, runs, results, args.cache)
+                if routed_apart:
+                    second = Cell(cell.name, cell.program, {**cell.params, "classifier": str(args.second_router)})
+                    kept = run_cell(second, dataset, routed_apart, corpus, lm, runs, results, args.cache,
+                                    run_name=f"{cell.name}{SECOND_ROUTER}")
+                    examples += routed_apart
             except arag.FolderInUse as exc:
                 print(f"{cell.name:<24}{dataset:<10}skipped: {exc}", flush=True)
                 continue

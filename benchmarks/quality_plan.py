@@ -4,7 +4,8 @@ and how many questions a cell takes before its difference from single-rag decide
 Every row is measured on questions its program never learned from. HotpotQA's questions 21-80 are kept apart:
 the compiled programs were bootstrapped on them, the thresholds tuned on 21-40, adaptive-rag's router trained on
 21-50; the table takes questions 1-20 and then 81 on. adaptive-rag's router also learned from PopQA's questions
-21-50, so its PopQA cell leaves them out (`router_training_ids`). 2WikiMultihopQA's dev questions come first
+21-50 (its file names them), which its PopQA cell leaves out or routes with a second router trained apart from
+them (quality.py --second-router). 2WikiMultihopQA's dev questions come first
 in its file, before the train questions the source adds; MuSiQue's are all dev.
 
 How many: the core programs answer CORE_N questions of each dataset. Every other row starts at FIRST_N and grows
@@ -14,7 +15,6 @@ says which rule stopped each cell.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,14 +76,6 @@ def split_of(examples: list[dspy.Example], default: str = "dev") -> str:
         counts[split] = counts.get(split, 0) + 1
     return " + ".join(f"{split} {count}" for split, count in counts.items()) if len(counts) > 1 else next(iter(counts),
                                                                                                           "—")
-
-
-def router_training_ids(router_results: Path, dataset: str) -> set[str]:
-    """The ids of the questions adaptive-rag's router learned from: every row of its training runs' results."""
-    ids: set[str] = set()
-    for path in sorted((router_results / dataset).glob("*.jsonl")):
-        ids.update(json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip())
-    return ids
 
 
 def target_n(program: str, dataset: str, rows: list[Row], baseline: list[Row]) -> tuple[int, str]:

@@ -239,6 +239,8 @@ def train_router(labelled: Sequence[LabelledQuestion], out: str | Path, *, held_
         "questions": len(train), "labels": dict(Counter(train_labels)), "metric": metric,
         "correct_at": correct_at, "seed": seed,
         "datasets": sorted({q.dataset for q in train}),
+        "ids": {dataset: sorted(q.id for q in train if q.dataset == dataset)
+                for dataset in sorted({q.dataset for q in train})},
     })
     majority = Counter(train_labels).most_common(1)[0][0]
     compared = [(p, q) for p, q in zip(predicted, test) if MULTI_STEP in q.scores]

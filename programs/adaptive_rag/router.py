@@ -6,7 +6,8 @@
 - a router file (TrainedRouter): written by `arag train-router` (`arag.optimizers.router_training`): a logistic
   regression (scikit-learn) over all-MiniLM-L6-v2 embeddings of the question; no LM call.
 
-A router file is JSON: the encoder, the labels, the regression's weights and what it was trained on.
+A router file is JSON: the encoder, the labels, the regression's weights and what it was trained on (the ids of the
+questions it learned from, by dataset, so that it is measured on others).
 """
 
 from __future__ import annotations
@@ -143,3 +144,13 @@ def read_router_file(path: Path) -> dict[str, Any]:
     if not fits:
         raise ConfigError(f"{where}: its labels, weights and intercepts do not fit together")
     return stored
+
+
+def learned_questions(path: str | Path) -> dict[str, set[str]]:
+    """The ids of the questions a router file learned from, by dataset (not those it held apart)."""
+    trained_on = read_router_file(Path(path)).get("trained_on")
+    ids = trained_on.get("ids") if isinstance(trained_on, dict) else None
+    if not (isinstance(ids, dict) and all(isinstance(v, list) for v in ids.values())):
+        raise ConfigError(f"router file {path} does not name the questions it learned from: train it again "
+                          "(`arag train-router`) to measure it on other questions")
+    return {dataset: {str(i) for i in values} for dataset, values in ids.items()}

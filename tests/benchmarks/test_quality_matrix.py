@@ -17,11 +17,13 @@ from pathlib import Path
 
 import dspy
 import pytest
+from sklearn.linear_model import LogisticRegression
 
 from arag.lm.local import cpu_kind
 from arag.optimizers.saving import save_program
 from arag.passages import Passage
 from arag.programs import build_program
+from arag.programs.adaptive_rag.router import write_router_file
 from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted
 
@@ -353,3 +355,39 @@ def test_the_router_trains_on_the_results_alone(shared_dataset, tmp_path):
     # every strategy answered wrong: a multi-hop question is labelled C, a single-hop one B
     assert "labelled 8 questions: A 0, B 4, C 4" in out and "trained on 6, held apart 2" in out
     assert router["trained_on"]["questions"] == 6 and set(router["labels"]) == {"B", "C"}
+
+
+def test_a_second_router_trained_apart_routes_what_the_first_learned_from(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa"), shared_dataset("popqa_longtail")
+    table = [json.loads(line)["id"] for line in open(shared_dataset("hotpotqa") / "public.jsonl")][:6]
+    first = tmp_path / "router.json"  # learned from the table's first two HotpotQA questions
+    write_router_file(first, LogisticRegression().fit([[0.0] * 384, [1.0] * 384], ["B", "C"]), "all-MiniLM-L6-v2",
+                      {"questions": 2, "ids": {"hotpotqa": table[:2]}})
+    with OpenAICompatibleServer(last_word) as server:
+        finish(matrix(server, tmp_path, "--datasets", "hotpotqa,popqa", programs="no-retrieval,single-rag,ircot"))
+        out = from_results(tmp_path, "--train-router", str(tmp_path / "second.json"), "--apart-from", str(first),
+                           programs="no-retrieval,single-rag,ircot", datasets="hotpotqa,popqa")
+        second = json.loads((tmp_path / "second.json").read_text())
+        assert f"hotpotqa: left out the 2 questions {first} learned from" in out and "labelled 10 questions" in out
+        assert not set(second["trained_on"]["ids"]["hotpotqa"]) & set(table[:2])
+
+        routed = ("--programs", "adaptive-rag", "--param", f"adaptive-rag.classifier={first}")
+        refused = matrix(server, tmp_path, *routed, "--second-router", str(first), programs=None)
+        _, err = refused.communicate(timeout=120)
+        assert refused.returncode != 0 and f"--second-router {first} learned from 2 of the questions" in err
+        assert not (tmp_path / "results" / "hotpotqa" / "adaptive-rag.jsonl").exists()
+
+        finish(matrix(server, tmp_path, *routed, programs=None))  # without a second router: those two left out
+        assert sorted(read_ids(tmp_path / "results" / "hotpotqa" / "adaptive-rag.jsonl")) == sorted(table[2:])
+        finish(matrix(server, tmp_path, *routed, "--second-router", str(tmp_path / "second.json"), programs=None))
+
+    runs = tmp_path / "runs" / "hotpotqa"
+    assert sorted(read_ids(tmp_path / "results" / "hotpotqa" / "adaptive-rag.jsonl")) == sorted(table)
+    assert sorted(read_ids(runs / "adaptive-rag-second-router" / "predictions.jsonl")) == sorted(table[:2])
+    assert sorted(read_ids(runs / "adaptive-rag" / "predictions.jsonl")) == sorted(table[2:])
+    record = json.loads((runs / "adaptive-rag-second-router" / "run.json").read_text())
+    assert record["params"]["classifier"] == str(tmp_path / "second.json")
+
+
+def read_ids(path: Path) -> list[str]:
+    return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]

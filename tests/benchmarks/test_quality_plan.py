@@ -16,7 +16,6 @@ from quality_plan import (  # noqa: E402
     CORE_N,
     DATASETS,
     MOST_N,
-    router_training_ids,
     split_of,
     table_questions,
     target_n,
@@ -68,14 +67,6 @@ def test_2wiki_takes_its_dev_questions_first_and_the_table_says_the_split(shared
     assert split_of(dev) == "dev"
     assert split_of(table_questions(DATASETS["2wiki"], shared, 120)) == "dev 111 + train 9"
     assert DATASETS["2wiki"].corpus(shared).exists()
-
-
-def test_the_router_s_training_questions_are_read_from_its_results(tmp_path):
-    (tmp_path / "popqa").mkdir()
-    (tmp_path / "popqa" / "single-rag.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
-    (tmp_path / "popqa" / "ircot.jsonl").write_text('{"id": "b"}\n{"id": "c"}\n')
-    assert router_training_ids(tmp_path, "popqa") == {"a", "b", "c"}
-    assert router_training_ids(tmp_path, "hotpotqa") == set()
 
 
 @pytest.mark.parametrize("meta, expected", [({}, "test"), ({"split_in_source": "train"}, "train")])

@@ -18,6 +18,7 @@ from arag.optimizers.router_training import (
     train_router,
 )
 from arag.optimizers.saving import load_program, save_program
+from arag.programs.adaptive_rag.router import learned_questions
 from arag.programs.adaptive_rag.steps import Route
 from arag.programs.frame.registry import build_program
 from arag.testing import TemplateRetriever, Tokens, scripted_lm
@@ -249,7 +250,15 @@ def test_the_trained_router_learns_the_labels_and_saves_calls(tmp_path):
     assert report.accuracy == 1.0 > report.majority_accuracy
     assert report.lm_calls_routed < report.lm_calls_multi_step == 6
     assert report.score_routed > report.score_multi_step == 0.0
-    assert json.loads(out.read_text())["trained_on"]["questions"] == 30
+    trained_on = json.loads(out.read_text())["trained_on"]
+    assert trained_on["questions"] == 30
+    learned = learned_questions(out)  # the 30 it learned from, not the 10 it was measured on
+    assert learned.keys() == {"hotpotqa"} and len(learned["hotpotqa"]) == 30
+    assert learned["hotpotqa"] < {f"fruit-{i}" for i in range(20)} | {f"film-{i}" for i in range(20)}
+    del trained_on["ids"]
+    out.write_text(json.dumps({**json.loads(out.read_text()), "trained_on": trained_on}))
+    with pytest.raises(ConfigError, match="does not name the questions it learned from: train it again"):
+        learned_questions(out)
 
     lm = scripted_lm(responder("C", answer="red"))
     with dspy.context(lm=lm):
