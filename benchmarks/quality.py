@@ -244,7 +244,7 @@ def label_needs(results: Path, dataset: str, examples: list[dspy.Example], label
 
 def check_trained_apart(second: Path, first: Path) -> None:
     """Refuse a second router that learned from any question the first one did: it routes those questions."""
-    shared = {dataset: ids & learned_questions(second).get(dataset, set())
+    shared = {dataset: ids & learned_questions(second, "--second-router").get(dataset, set())
               for dataset, ids in learned_questions(first).items()}
     if overlap := sum(len(ids) for ids in shared.values()):
         raise SystemExit(f"--second-router {second} learned from {overlap} of the questions {first} learned from, "
@@ -375,7 +375,7 @@ def main() -> int:
             print(f"{written.path}: {written.runs} programs, {written.questions} questions", flush=True)
     if args.train_router:
         strategies = [Cell(name, name) for name in STRATEGIES.values()]
-        apart = learned_questions(args.apart_from) if args.apart_from else {}
+        apart = learned_questions(args.apart_from, "--apart-from") if args.apart_from else {}
         for dataset, examples in selected.items():
             if left_out := sum(e.id in apart.get(dataset, ()) for e in examples):
                 print(f"{dataset}: left out the {left_out} questions {args.apart_from} learned from")

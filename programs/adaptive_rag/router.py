@@ -32,6 +32,7 @@ LABELS = ("A", "B", "C")
 FALLBACK_LABEL = "C"
 ROUTER_FORMAT = "arag-router/1"
 TOP_LOGPROBS = 5
+CLASSIFIER_PARAMETER = "parameter 'classifier'"  # how a router file given to the program is named in errors
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,12 @@ def write_router_file(path: str | Path, regression: Any, encoder: str, trained_o
     Path(path).write_text(json.dumps(stored, indent=1), encoding="utf-8")
 
 
-def read_router_file(path: Path) -> dict[str, Any]:
-    """A router file's contents, checked; a ConfigError naming the file and what is wrong."""
-    where = f"parameter 'classifier': {path}"
+def read_router_file(path: Path, given_as: str = CLASSIFIER_PARAMETER) -> dict[str, Any]:
+    """A router file's contents, checked; a ConfigError naming where it was given, the file and what is wrong."""
+    where = f"{given_as}: {path}"
     if not path.is_file():
-        raise ConfigError(f"{where} is not a router file (give `lm`, or a file written by `arag train-router`)")
+        choices = "`lm`, or a file" if given_as == CLASSIFIER_PARAMETER else "a file"
+        raise ConfigError(f"{where} is not a router file (give {choices} written by `arag train-router`)")
     try:
         stored = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
@@ -146,11 +148,11 @@ def read_router_file(path: Path) -> dict[str, Any]:
     return stored
 
 
-def learned_questions(path: str | Path) -> dict[str, set[str]]:
+def learned_questions(path: str | Path, given_as: str = CLASSIFIER_PARAMETER) -> dict[str, set[str]]:
     """The ids of the questions a router file learned from, by dataset (not those it held apart)."""
-    trained_on = read_router_file(Path(path)).get("trained_on")
+    trained_on = read_router_file(Path(path), given_as).get("trained_on")
     ids = trained_on.get("ids") if isinstance(trained_on, dict) else None
     if not (isinstance(ids, dict) and all(isinstance(v, list) for v in ids.values())):
-        raise ConfigError(f"router file {path} does not name the questions it learned from: train it again "
+        raise ConfigError(f"{given_as}: router file {path} does not name the questions it learned from: train it again "
                           "(`arag train-router`) to measure it on other questions")
     return {dataset: {str(i) for i in values} for dataset, values in ids.items()}

@@ -28,6 +28,7 @@ from arag.retrievers import BM25Retriever
 from arag.testing import OpenAICompatibleServer, Scripted
 
 ROOT = Path(__file__).resolve().parents[2]
+TABLE_ROUTER = ROOT / "benchmarks" / "results" / "router" / "qwen2.5-coder-1.5b" / "router.json"
 
 
 def embedded_data(html: str) -> dict:
@@ -201,6 +202,8 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--programs", "flare", "--param", "flare.thetaa=1"], "flare: unknown parameter(s) thetaa"),
     (["--compiled", "/no/such/file.json"], "/no/such/file.json: no such compiled program file"),
     (["--report", str(ROOT / "pyproject.toml")], "pyproject.toml is a file; give the folder"),
+    (["--programs", "adaptive-rag", "--param", f"adaptive-rag.classifier={TABLE_ROUTER}", "--second-router",
+      "/no/such/router.json"], "--second-router: /no/such/router.json is not a router file (give a file written"),
 ])
 def test_bad_arguments_stop_before_any_work(tmp_path, bad, message):
     """Each is refused before a dataset is read: the shared folder given does not exist."""
