@@ -25,8 +25,9 @@ that set its number of questions; --report FOLDER draws the same results as `ara
 --compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile` on other questions
 than the table's: PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa for GEPA, PROGRAM-mipro for MIPROv2),
 --tuned FILE one for a program's parameters tuned on other questions
-(`benchmarks/tuning_local.py --skip 20`); --table and --report show the compiled and tuned rows the results
-hold, after the others.
+(`benchmarks/tuning_local.py --skip 20`), --rerun one for each of --programs answered again (PROGRAM-rerun: on
+another kind of CPU, what the machine alone moves); --table and --report show the compiled, tuned and rerun rows
+the results hold, after the others.
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
 `--router-labels` runs what its labels need on questions apart from the table's (`--skip 20 --n 30 --runs
@@ -53,7 +54,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
-from quality_cells import Cell, compiled_cell, held_variants, own_program, tuned_cell  # noqa: E402
+from quality_cells import RERUN, Cell, compiled_cell, held_variants, own_program, tuned_cell  # noqa: E402
 from quality_plan import (  # noqa: E402
     DATASETS,
     FIRST_N,
@@ -304,6 +305,10 @@ def main() -> int:
                         help="adaptive-rag: route the table's questions that --param adaptive-rag.classifier's "
                              "router learned from with this router, trained apart from them (--train-router FILE "
                              "--apart-from ROUTER); without it those questions are left out of the cell")
+    parser.add_argument("--rerun", action="store_true",
+                        help="answer --programs again, into rows PROGRAM-rerun (run it on another machine than the "
+                             "programs' rows: greedy answers can differ between CPU kinds, and the row's difference "
+                             "from its own program is what the machine alone moves)")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -328,7 +333,10 @@ def main() -> int:
         if program not in programs:
             raise SystemExit(f"--param {assignment!r}: {program!r} is not one of --programs")
         params.setdefault(program, {})[name] = value
-    cells = [Cell(name, name, params.get(name, {})) for name in programs]
+    if args.rerun and (args.compiled or args.tuned or args.router_labels):
+        raise SystemExit("--rerun answers --programs again: give it without --compiled, --tuned and --router-labels")
+    rerun = f"-{RERUN}" if args.rerun else ""
+    cells = [Cell(f"{name}{rerun}", name, params.get(name, {})) for name in programs]
     cells += [compiled_cell(path) for path in args.compiled]
     cells += [tuned_cell(path) for path in args.tuned]
     if args.cache and args.cache.exists() and not args.cache.is_dir():

@@ -1,5 +1,6 @@
-"""The rows of the quality table: a program at its defaults (or with --param), a compiled program's file, or tuned
-parameters (a best trial, or each member of a Pareto front), and the program each variant varies."""
+"""The rows of the quality table: a program at its defaults (or with --param), a compiled program's file, tuned
+parameters (a best trial, or each member of a Pareto front), or a program answered again on another machine, and
+the program each variant varies."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from arag.optimizers.saving import read_compiled
 class Cell:
     """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
 
-    name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled), or PROGRAM-tuned-N
+    name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled, PROGRAM-rerun), or PROGRAM-tuned-N
     program: str
     params: dict = field(default_factory=dict)
     compiled: Path | None = None
@@ -60,10 +61,12 @@ def tuned_cell(path: Path) -> Cell:
     return Cell(f"{program}-tuned-{data['trial']}" if front_member else f"{program}-tuned", program, data["params"])
 
 
+RERUN = "rerun"  # PROGRAM-rerun: the program at its defaults answered again, on another machine (--rerun)
+
 # The rows beside a program's defaults, shown in this order: compiled by a teleprompter (`compiled`:
-# BootstrapFewShot), with its written demos kept (`-kept`), or with tuned parameters.
+# BootstrapFewShot), with its written demos kept (`-kept`), with tuned parameters, or answered again.
 VARIANTS = tuple(f"{name}{kept}" for name in ("compiled", "bootstrap-rs", "mipro", "gepa", "copro", "simba")
-                 for kept in ("", "-kept")) + ("tuned",)
+                 for kept in ("", "-kept")) + ("tuned", RERUN)
 
 
 def held_variants(results: Path, programs: list[str], datasets: list[str], given: set[str]) -> list[Cell]:

@@ -8,9 +8,9 @@ the compiled programs were bootstrapped on them, the thresholds tuned on 21-40, 
 them (quality.py --second-router). 2WikiMultihopQA's dev questions come first
 in its file, before the train questions the source adds; MuSiQue's are all dev.
 
-How many: the core programs answer CORE_N questions of each dataset. Every other row starts at FIRST_N and grows
-by BLOCK while its F1 interval against single-rag holds 0 and is wider than ±WIDE, to at most MOST_N; the table
-says which rule stopped each cell.
+How many: the core programs answer CORE_N questions of each dataset, and so do their reruns. Every other row
+starts at FIRST_N and grows by BLOCK while its F1 interval against single-rag holds 0 and is wider than ±WIDE, to
+at most MOST_N; the table says which rule stopped each cell.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
+from quality_cells import RERUN
 
 import arag
 from arag.runs import Row
@@ -80,7 +81,7 @@ def split_of(examples: list[dspy.Example], default: str = "dev") -> str:
 
 def target_n(program: str, dataset: str, rows: list[Row], baseline: list[Row]) -> tuple[int, str]:
     """How many questions a cell should have answered, given what it and single-rag have answered, and why."""
-    if program in CORE:
+    if program in CORE or program.removesuffix(f"-{RERUN}") in CORE:  # a core program answered again: its count
         return CORE_N[dataset], "core"
     n = len(rows)
     if n < FIRST_N:

@@ -202,6 +202,7 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--programs", "flare", "--param", "flare.thetaa=1"], "flare: unknown parameter(s) thetaa"),
     (["--compiled", "/no/such/file.json"], "/no/such/file.json: no such compiled program file"),
     (["--report", str(ROOT / "pyproject.toml")], "pyproject.toml is a file; give the folder"),
+    (["--rerun", "--tuned", "/no/such/best_params.json"], "--rerun answers --programs again: give it without"),
     (["--programs", "adaptive-rag", "--param", f"adaptive-rag.classifier={TABLE_ROUTER}", "--second-router",
       "/no/such/router.json"], "--second-router: /no/such/router.json is not a router file (give a file written"),
 ])
@@ -257,6 +258,36 @@ def test_tuned_parameters_run_as_a_row_of_their_own(shared_dataset, tmp_path):
     runs = embedded_data((tmp_path / "report" / "hotpotqa.html").read_text())["runs"]
     assert [run["run"] for run in runs][-1] == "single-rag-tuned"
     assert "single-rag-tuned" not in from_results(tmp_path, "--table", programs="no-retrieval")
+
+
+def other_machine(call):
+    """last_word's answers but one: where last_word names the older of two people, this names the other."""
+    if "Annie Morton" in call.inputs.get("question", ""):
+        return {field: Scripted("Annie Morton" if field == "answer" else "From the passages.")
+                for field in call.output_fields}
+    return last_word(call)
+
+
+def test_a_rerun_is_a_row_of_its_own_measured_against_its_program(shared_dataset, tmp_path):
+    shared_dataset("hotpotqa")
+    with OpenAICompatibleServer(slow_answer) as server:
+        finish(matrix(server, tmp_path, programs="single-rag"))
+    with OpenAICompatibleServer(other_machine) as server:
+        table = finish(matrix(server, tmp_path, "--rerun", programs="single-rag"))
+    kept = {cell: {row["id"]: row for row in rows} for cell, rows in results(tmp_path).items()}
+    assert kept["single-rag-rerun"].keys() == kept["single-rag"].keys() and len(kept["single-rag"]) == 6
+    changed = [i for i in kept["single-rag"] if kept["single-rag"][i]["prediction"] !=
+               kept["single-rag-rerun"][i]["prediction"]]
+    assert [kept["single-rag-rerun"][i]["prediction"] for i in changed] == ["Annie Morton"]
+    assert "| HotpotQA (dev) | single-rag-rerun | 6 | --n | 0 |" in table
+    info = json.loads((tmp_path / "runs" / "hotpotqa" / "single-rag-rerun" / "run.json").read_text())
+    assert info["program"] == "single-rag"
+    # from the results alone, the rerun row follows its program, its difference from it measured on the same
+    # questions: Terry Richardson's F1 of 0.67 lost on one question of six
+    shown = [line for line in from_results(tmp_path, "--table", programs="single-rag").splitlines()
+             if line.startswith("| HotpotQA")]
+    assert [line.split(" | ")[1] for line in shown] == ["single-rag", "single-rag-rerun"]
+    assert shown[1].split(" | ")[8].startswith("−0.11 [")
 
 
 def test_the_uncertainty_gate_is_told_the_table_s_date_whatever_day_it_runs(shared_dataset, tmp_path):
