@@ -20,8 +20,9 @@ on this machine or another that has the results, without answering a question tw
 one matrix (the same command started N times, e.g. one per core with --threads 1): a cell another process is
 running is skipped, and each process takes the next free one. --table prints one table of
 every dataset: each program's scores with a 95 % paired bootstrap interval of its difference from single-rag on
-the same questions (a compiled or tuned row's also from its own program), its costs per question, and the rule
-that set its number of questions; --report FOLDER draws the same results as `arag report`'s page.
+the same questions (and on those single-rag answered on the same kind of CPU; a compiled, tuned or rerun row's
+also from its own program), its costs per question, and the rule that set its number of questions; --report
+FOLDER draws the same results as `arag report`'s page.
 --compiled FILE adds a row for a program compiled with a DSPy teleprompter (`arag compile` on other questions
 than the table's: PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa for GEPA, PROGRAM-mipro for MIPROv2),
 --tuned FILE one for a program's parameters tuned on other questions
@@ -71,13 +72,14 @@ from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.programs.adaptive_rag.router import learned_questions  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
-from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
+from arag.runs.table import Difference, paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
+BASELINE_RERUN = f"{BASELINE}-{RERUN}"  # single-rag answered again on another machine: the same-CPU baseline
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
@@ -171,15 +173,17 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
 def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str,
                 label: str, n_fixed: bool) -> None:
     """One Markdown table of every dataset's cells over those of its `selected` questions each has answered:
-    scores, each one's difference from single-rag on the same questions with its 95 % interval (and a compiled
-    or tuned row's from its own program), costs per question (prompt tokens with, in brackets, those llama.cpp
+    scores, each one's difference from single-rag on the same questions with its 95 % interval (also over the
+    questions single-rag answered on the row's kind of CPU, and a compiled, tuned or rerun row's from its own
+    program), costs per question (prompt tokens with, in brackets, those llama.cpp
     reused from the call before), and the rule that set the cell's number of questions; then the model, the
     commits the rows were answered at and the CPU kinds they were answered on."""
     print(f"The {which} of each dataset (the split of its source they come from beside its name)\n")
-    print("| dataset | program | n | n rule | failed | EM | F1 | F1 − single-rag [95 %] | F1 − own program [95 %] "
+    print("| dataset | program | n | n rule | failed | EM | F1 | F1 − single-rag [95 %] "
+          "| F1 − single-rag on the same CPU [95 %] (n) | F1 − own program [95 %] "
           "| match | match − single-rag [95 %] | LM calls/q | prompt tok/q (reused) | compl. tok/q | retrievals/q "
           "| s/q |")
-    print("|---" * 16 + "|")
+    print("|---" * 17 + "|")
     commits: Counter = Counter()
     cpus: Counter = Counter()
     for dataset, examples in selected.items():
@@ -190,12 +194,16 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
             cpus.update(kept[e.id].cpu or "not recorded" for e in examples if e.id in kept)
         by_name = dict(runs)
         baseline = BASELINE if BASELINE in by_name else None
+        baselines = [read_results(results / dataset / f"{name}.jsonl") for name in (BASELINE, BASELINE_RERUN)]
         answered = {row.id for rows in by_name.values() for row in rows}
         split = split_of([e for e in examples if e.id in answered], DATASETS[dataset].split)
         for row in table_rows(runs, METRICS, baseline):
             name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
+            same_cpu = (None if name in (BASELINE, BASELINE_RERUN) else
+                        same_cpu_difference(read_results(results / dataset / f"{name}.jsonl"), baselines, examples))
+            same_cpu_change = f"{same_cpu} ({same_cpu.questions})".replace("-", "−") if same_cpu else "—"
             own = own_program(name)
             own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))
                           if own in by_name else None)
@@ -205,13 +213,29 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
                 per_question(row[name], spec) for name, spec in (("lm_calls", ".1f"), ("prompt_tokens", ",.0f"),
                 ("completion_tokens", ",.0f"), ("retrieval_calls", ".1f"), ("seconds", ",.0f")))
             print(f"| {DATASETS[dataset].label} ({split}) | {name} | {row['n']} | {rule} | {row['failed']} "
-                  f"| {row['em']:.3f} | {row['f1']:.3f} | {f1_change} | {str(own_change or '—').replace('-', '−')} "
+                  f"| {row['em']:.3f} | {row['f1']:.3f} | {f1_change} | {same_cpu_change} "
+                  f"| {str(own_change or '—').replace('-', '−')} "
                   f"| {row['match']:.3f} | {match_change} | {calls} | {prompt}{reused} | {completion} | {retrievals} "
                   f"| {seconds} |")
     answered_at = ", ".join(f"{commit} ({count})" for commit, count in commits.most_common())
     answered_on = ", ".join(f"{cpu} ({count})" for cpu, count in cpus.most_common())
     print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}. "
           f"CPUs they were answered on (questions): {answered_on or 'none yet'}.")
+
+
+def same_cpu_difference(kept: dict[str, KeptRow], baselines: list[dict[str, KeptRow]],
+                        examples: list[dspy.Example]) -> Difference | None:
+    """A row's F1 difference from single-rag over those of `examples` that single-rag (its own rows first, then
+    its rerun's) answered on the CPU kind the row's answer came from: the difference without the machine's share.
+    None where no such question is at hand (rows whose CPU is not recorded pair with none)."""
+    scores, baseline_scores = {}, {}
+    for example in examples:
+        row = kept.get(example.id)
+        same = row and row.cpu and next((b[example.id] for b in baselines
+                                         if example.id in b and b[example.id].cpu == row.cpu), None)
+        if same:
+            scores[example.id], baseline_scores[example.id] = row.metrics.get("f1", 0.0), same.metrics.get("f1", 0.0)
+    return paired_difference(scores, baseline_scores)
 
 
 def per_question(value: float | None, spec: str) -> str:

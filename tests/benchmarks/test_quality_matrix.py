@@ -268,10 +268,14 @@ def other_machine(call):
     return last_word(call)
 
 
-def test_a_rerun_is_a_row_of_its_own_measured_against_its_program(shared_dataset, tmp_path):
+def test_a_rerun_is_a_row_of_its_own_and_the_baseline_of_rows_answered_on_its_cpu(shared_dataset, tmp_path):
     shared_dataset("hotpotqa")
     with OpenAICompatibleServer(slow_answer) as server:
-        finish(matrix(server, tmp_path, programs="single-rag"))
+        finish(matrix(server, tmp_path))
+    # single-rag's rows as if another kind of CPU had answered them; no-retrieval's stay this machine's
+    first = tmp_path / "results" / "hotpotqa" / "single-rag.jsonl"
+    first.write_text("".join(json.dumps({**json.loads(line), "cpu": "Another CPU"}) + "\n"
+                             for line in first.read_text().splitlines()))
     with OpenAICompatibleServer(other_machine) as server:
         table = finish(matrix(server, tmp_path, "--rerun", programs="single-rag"))
     kept = {cell: {row["id"]: row for row in rows} for cell, rows in results(tmp_path).items()}
@@ -282,12 +286,15 @@ def test_a_rerun_is_a_row_of_its_own_measured_against_its_program(shared_dataset
     assert "| HotpotQA (dev) | single-rag-rerun | 6 | --n | 0 |" in table
     info = json.loads((tmp_path / "runs" / "hotpotqa" / "single-rag-rerun" / "run.json").read_text())
     assert info["program"] == "single-rag"
-    # from the results alone, the rerun row follows its program, its difference from it measured on the same
-    # questions: Terry Richardson's F1 of 0.67 lost on one question of six
-    shown = [line for line in from_results(tmp_path, "--table", programs="single-rag").splitlines()
-             if line.startswith("| HotpotQA")]
-    assert [line.split(" | ")[1] for line in shown] == ["single-rag", "single-rag-rerun"]
-    assert shown[1].split(" | ")[8].startswith("−0.11 [")
+    # from the results alone: the rerun row follows its program, its difference from it measured on the same
+    # questions (Terry Richardson's F1 of 0.67 lost on one question of six); no-retrieval, which gave single-rag's
+    # first answers, is level with single-rag's own rows and ahead of the rerun, the one answered on its CPU
+    shown = {line.split(" | ")[1]: line.split(" | ") for line in from_results(tmp_path, "--table").splitlines()
+             if line.startswith("| HotpotQA")}
+    assert list(shown) == ["no-retrieval", "single-rag", "single-rag-rerun"]
+    assert shown["single-rag-rerun"][9].startswith("−0.11 [") and shown["single-rag-rerun"][8] == "—"
+    assert shown["no-retrieval"][7].startswith("+0.00 [")
+    assert shown["no-retrieval"][8].startswith("+0.11 [") and shown["no-retrieval"][8].endswith("(6)")
 
 
 def test_the_uncertainty_gate_is_told_the_table_s_date_whatever_day_it_runs(shared_dataset, tmp_path):
@@ -312,7 +319,7 @@ def test_each_member_of_a_pareto_front_runs_as_a_row_named_by_its_trial(shared_d
     shown = from_results(tmp_path, "--table", programs="single-rag")
     rows = [row.split(" | ") for row in shown.splitlines() if row.startswith("| HotpotQA")]
     assert [row[1] for row in rows] == ["single-rag", "single-rag-tuned-4", "single-rag-tuned-12"]
-    assert all(row[8] != "—" for row in rows[1:])  # each member's difference from its own program
+    assert all(row[9] != "—" for row in rows[1:])  # each member's difference from its own program
 
 
 def test_cells_sharing_a_cache_count_its_answers_as_the_calls_and_tokens_they_first_cost(shared_dataset, tmp_path):
