@@ -201,7 +201,7 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
             name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
-            same_cpu = (None if name in (BASELINE, BASELINE_RERUN) else
+            same_cpu = (None if baseline is None or name in (BASELINE, BASELINE_RERUN) else
                         same_cpu_difference(read_results(results / dataset / f"{name}.jsonl"), baselines, examples))
             same_cpu_change = f"{same_cpu} ({same_cpu.questions})".replace("-", "−") if same_cpu else "—"
             own = own_program(name)
