@@ -17,7 +17,8 @@ from arag.optimizers.saving import read_compiled
 
 @dataclass(frozen=True)
 class Cell:
-    """A row of the table: a program with its defaults (and any --param), a compiled file, or tuned parameters."""
+    """A row of the table: a program with its defaults (and any --param), a compiled file, tuned parameters, or a
+    program answered again (--rerun)."""
 
     name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled, PROGRAM-rerun), or PROGRAM-tuned-N
     program: str
