@@ -64,7 +64,7 @@ from quality_plan import (  # noqa: E402
     target_n,
     training_questions,
 )
-from quality_results import KeptRow, cell_rows, read_results, results_run, sync  # noqa: E402
+from quality_results import KeptRow, cell_rows, read_results, results_run, same_cpu_difference, sync  # noqa: E402
 
 import arag  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
@@ -72,7 +72,7 @@ from arag.programs.adaptive_rag.adaptive_rag import STRATEGIES  # noqa: E402
 from arag.programs.adaptive_rag.router import learned_questions  # noqa: E402
 from arag.report import check_out, write_report  # noqa: E402
 from arag.runs import Run, RunRecord, check_run_folder  # noqa: E402
-from arag.runs.table import Difference, paired_difference, question_scores, table_rows  # noqa: E402
+from arag.runs.table import paired_difference, question_scores, table_rows  # noqa: E402
 from arag.testing import isolated_cache  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,21 +221,6 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     answered_on = ", ".join(f"{cpu} ({count})" for cpu, count in cpus.most_common())
     print(f"\nModel: {label}. Commits the questions were answered at (questions): {answered_at or 'none yet'}. "
           f"CPUs they were answered on (questions): {answered_on or 'none yet'}.")
-
-
-def same_cpu_difference(kept: dict[str, KeptRow], baselines: list[dict[str, KeptRow]],
-                        examples: list[dspy.Example]) -> Difference | None:
-    """A row's F1 difference from single-rag over those of `examples` that single-rag (its own rows first, then
-    its rerun's) answered on the CPU kind the row's answer came from: the difference without the machine's share.
-    None where no such question is at hand (rows whose CPU is not recorded pair with none)."""
-    scores, baseline_scores = {}, {}
-    for example in examples:
-        row = kept.get(example.id)
-        same = row and row.cpu and next((b[example.id] for b in baselines
-                                         if example.id in b and b[example.id].cpu == row.cpu), None)
-        if same:
-            scores[example.id], baseline_scores[example.id] = row.metrics.get("f1", 0.0), same.metrics.get("f1", 0.0)
-    return paired_difference(scores, baseline_scores)
 
 
 def per_question(value: float | None, spec: str) -> str:

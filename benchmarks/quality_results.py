@@ -3,7 +3,8 @@ compact rows of its run folder's rows, read and written only here.
 
 A kept row is a run's row (`arag.runs.Row`) without its question, gold answers and trace text: the answer, scores,
 costs, the count of each step kind, the commit that answered it and the kind of CPU it was answered on (a local
-model's greedy answers can differ between CPU kinds). A cell's file is written whole, atomically.
+model's greedy answers can differ between CPU kinds, so a cell is also compared with the baseline answered on the
+same kind). A cell's file is written whole, atomically.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from arag.errors import DataError
 from arag.lm.local import cpu_kind
 from arag.runs import PREDICTIONS, Row, Run, RunRecord, last_rows, summarize
 from arag.runs.records import Counts, Number, Text, Whole, read_declared
+from arag.runs.table import Difference, paired_difference
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,3 +124,18 @@ def sync(run_dir: Path, results: Path, commit: str) -> dict[str, KeptRow]:
 def results_run(path: Path, name: str, rows: list[Row], n_total: int, record: RunRecord) -> Run:
     """A cell's kept rows as a run for `arag report` (no trace: the traces stay in the run folders)."""
     return Run(path, name, record, rows, summarize(rows, n_total=n_total, wall_time=0.0, record=record))
+
+
+def same_cpu_difference(kept: dict[str, KeptRow], baselines: list[dict[str, KeptRow]],
+                        examples: list[dspy.Example]) -> Difference | None:
+    """A cell's F1 difference from the baseline's kept rows (`baselines`: single-rag's own, then its rerun's) over
+    those of `examples` the baseline answered on the CPU kind the cell's answer came from: the difference without
+    the machine's share. None where no such question is at hand (rows whose CPU is not recorded pair with none)."""
+    scores, baseline_scores = {}, {}
+    for example in examples:
+        row = kept.get(example.id)
+        same = row and row.cpu and next((b[example.id] for b in baselines
+                                         if example.id in b and b[example.id].cpu == row.cpu), None)
+        if same:
+            scores[example.id], baseline_scores[example.id] = row.metrics.get("f1", 0.0), same.metrics.get("f1", 0.0)
+    return paired_difference(scores, baseline_scores)
