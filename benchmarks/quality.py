@@ -64,7 +64,7 @@ from quality_plan import (  # noqa: E402
     target_n,
     training_questions,
 )
-from quality_results import KeptRow, cell_rows, read_results, results_run, same_cpu_difference, sync  # noqa: E402
+from quality_results import KeptRow, answered_rows, cell_rows, read_results, results_run, same_cpu_difference, sync  # noqa: E402
 
 import arag  # noqa: E402
 from arag.optimizers.router_training import MULTI_STEP, label_runs, questions_needing_multi_step, train_router  # noqa: E402
@@ -79,7 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
-BASELINE_RERUN = f"{BASELINE}-{RERUN}"  # single-rag answered again on another machine: the same-CPU baseline
+BASELINES = (BASELINE, f"{BASELINE}-{RERUN}")  # single-rag, then its answers on another machine: same-CPU baselines
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
@@ -187,22 +187,22 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     commits: Counter = Counter()
     cpus: Counter = Counter()
     for dataset, examples in selected.items():
-        runs = [(program, rows) for program in programs if (rows := cell_rows(results, dataset, program, examples))]
-        for program, _ in runs:
-            kept = read_results(results / dataset / f"{program}.jsonl")
-            commits.update(kept[e.id].commit for e in examples if e.id in kept)
-            cpus.update(kept[e.id].cpu or "not recorded" for e in examples if e.id in kept)
+        kept = {name: read_results(results / dataset / f"{name}.jsonl") for name in {*programs, *BASELINES}}
+        runs = [(program, rows) for program in programs if (rows := answered_rows(kept[program], examples))]
+        for program, rows in runs:
+            commits.update(kept[program][row.id].commit for row in rows)
+            cpus.update(kept[program][row.id].cpu or "not recorded" for row in rows)
         by_name = dict(runs)
         baseline = BASELINE if BASELINE in by_name else None
-        baselines = [read_results(results / dataset / f"{name}.jsonl") for name in (BASELINE, BASELINE_RERUN)]
+        baselines = [kept[name] for name in BASELINES]
         answered = {row.id for rows in by_name.values() for row in rows}
         split = split_of([e for e in examples if e.id in answered], DATASETS[dataset].split)
         for row in table_rows(runs, METRICS, baseline):
             name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
-            same_cpu = (None if baseline is None or name in (BASELINE, BASELINE_RERUN) else
-                        same_cpu_difference(read_results(results / dataset / f"{name}.jsonl"), baselines, examples))
+            same_cpu = (None if baseline is None or name in BASELINES
+                        else same_cpu_difference(kept[name], baselines, examples))
             same_cpu_change = f"{same_cpu} ({same_cpu.questions})".replace("-", "−") if same_cpu else "—"
             own = own_program(name)
             own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))

@@ -95,7 +95,11 @@ def read_results(path: Path) -> dict[str, KeptRow]:
 def cell_rows(results: Path, dataset: str, cell: str, examples: list[dspy.Example]) -> list[Row]:
     """The rows of a cell's results for those of `examples` it has answered, in their order, as readers of runs
     take them."""
-    kept = read_results(results / dataset / f"{cell}.jsonl")
+    return answered_rows(read_results(results / dataset / f"{cell}.jsonl"), examples)
+
+
+def answered_rows(kept: dict[str, KeptRow], examples: list[dspy.Example]) -> list[Row]:
+    """Those of `examples` that `kept` holds, in their order, as rows."""
     return [kept[e.id].as_row(e) for e in examples if e.id in kept]
 
 
