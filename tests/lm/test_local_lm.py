@@ -70,13 +70,16 @@ def test_the_default_weights_are_found_without_importing_their_plugin():
 def test_chat_log_probabilities_equal_llama_cpps_own(lm):
     """arag reads log-probabilities as llama.cpp samples each token, without keeping every prompt token's logits;
     llama-cpp-python's own (slow) option, on a copy of the model that keeps them all, must give the same tokens,
-    values and candidates."""
+    values and candidates. Both load without llama.cpp's extra buffer types, which crash on a CPU with AMX."""
     from llama_cpp import Llama
+
+    from arag.lm import local
 
     messages = [{"role": "user", "content": "Name three rivers of Europe."}]
     output = lm(messages[0]["content"], max_tokens=12)[0]
     ours = completion_logprobs(output)
-    reference_model = Llama(model_path=str(default_model_path()), n_ctx=2048, logits_all=True, verbose=False)
+    with local._models_lock, local._model_params(use_extra_bufts=False):
+        reference_model = Llama(model_path=str(default_model_path()), n_ctx=2048, logits_all=True, verbose=False)
     theirs = reference_model.create_chat_completion(messages=messages, max_tokens=12, temperature=0.0, logprobs=True,
                                                     top_logprobs=5)
     reference = theirs["choices"][0]["logprobs"]["content"]
