@@ -10,7 +10,8 @@ in its file, before the train questions the source adds; MuSiQue's are all dev.
 
 How many: the core programs answer CORE_N questions of each dataset, and so do their reruns. Every other row
 starts at FIRST_N and grows by BLOCK while its F1 interval against single-rag holds 0 and is wider than ±WIDE, to
-at most MOST_N; the table says which rule stopped each cell.
+at most MOST_N, and never past CORE_N, the count single-rag answers and pairs with; the table says which rule
+stopped each cell.
 """
 
 from __future__ import annotations
@@ -86,13 +87,14 @@ def target_n(program: str, dataset: str, rows: list[Row], baseline: list[Row]) -
     n = len(rows)
     if n < FIRST_N:
         return FIRST_N, "first block"
+    most = min(MOST_N, CORE_N[dataset])  # past single-rag's own count no question could be paired with it
     difference = paired_difference(question_scores(rows, "f1"), question_scores(baseline, "f1"))
-    if difference is None or difference.questions < n:
+    if difference is None or difference.questions < min(n, most):
         return n, "waits on single-rag"
     if difference.low > 0 or difference.high < 0:
         return n, "interval excludes 0"
     if (difference.high - difference.low) / 2 <= WIDE:
         return n, f"interval within ±{WIDE:.2f}"
-    if n >= MOST_N:
-        return n, f"at most {MOST_N}"
-    return min(n + BLOCK, MOST_N), "growing"
+    if n >= most:
+        return n, f"at most {most}"
+    return min(n + BLOCK, most), "growing"

@@ -47,6 +47,13 @@ def test_a_cell_grows_by_a_block_only_while_its_interval_holds_0_and_is_wide():
     assert target_n("self-ask", "hotpotqa", wide, rows([0.0] * 10)) == (20, "waits on single-rag")
 
 
+def test_a_cell_grows_no_further_than_single_rags_own_count_on_its_dataset():
+    baseline = rows([0.0, 1.0] * 20)  # 2Wiki: single-rag answers its 40
+    assert target_n("self-ask", "2wiki", rows([1.0, 0.0] * 15), baseline) == (40, "growing")
+    assert target_n("self-ask", "2wiki", rows([1.0, 0.0] * 20), baseline) == (40, "at most 40")
+    assert target_n("self-ask", "2wiki", rows([1.0, 0.0] * 25), baseline) == (50, "at most 40")
+
+
 def test_the_table_leaves_out_the_questions_kept_for_training(shared_dataset):
     shared = shared_dataset("hotpotqa").parent
     in_file = [json.loads(line)["id"] for line in (shared / "hotpotqa" / "public.jsonl").read_text().splitlines()]
