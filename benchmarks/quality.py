@@ -27,8 +27,8 @@ FOLDER draws the same results as `arag report`'s page.
 than the table's: PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa for GEPA, PROGRAM-mipro for MIPROv2),
 --tuned FILE one for a program's parameters tuned on other questions
 (`benchmarks/tuning_local.py --skip 20`), --rerun one for each of --programs answered again (PROGRAM-rerun: on
-another kind of CPU, what the machine alone moves); --table and --report show the compiled, tuned and rerun rows
-the results hold, after the others.
+another kind of CPU, what the machine alone moves; PROGRAM-rerun-MACHINE with --rerun MACHINE, on a third); --table
+and --report show the compiled, tuned and rerun rows the results hold, after the others.
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
 `--router-labels` runs what its labels need on questions apart from the table's (`--skip 20 --n 30 --runs
@@ -55,7 +55,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import dspy  # noqa: E402
-from quality_cells import RERUN, Cell, compiled_cell, held_variants, own_program, tuned_cell  # noqa: E402
+from quality_cells import Cell, compiled_cell, held_variants, is_rerun, own_program, rerun_cell, tuned_cell  # noqa: E402
 from quality_plan import (  # noqa: E402
     DATASETS,
     FIRST_N,
@@ -79,7 +79,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 METRICS = ("em", "f1", "match")
 BASELINE = "single-rag"
-BASELINES = (BASELINE, f"{BASELINE}-{RERUN}")  # single-rag, then its answers on another machine: same-CPU baselines
 # Cheap and informative programs first, so that a short session still fills whole rows of the table.
 ORDER = ("no-retrieval", "single-rag", "uncertainty-gate", "flare", "ircot", "iter-retgen", "search-o1",
          "flare-instruct", "prev-window", "prev-sentence", "self-ask", "genground", "adaptive-note", "sure", "self-rag",
@@ -170,6 +169,14 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
+def baseline_rows(folder: Path) -> dict[str, dict[str, KeptRow]]:
+    """single-rag's kept rows in a dataset's results `folder`, then each of its reruns' (single-rag-rerun,
+    single-rag-rerun-MACHINE): the baselines a row is compared with on its own kind of CPU."""
+    reruns = sorted(path.stem for path in folder.glob(f"{BASELINE}-*.jsonl")
+                    if is_rerun(path.stem) and own_program(path.stem) == BASELINE)
+    return {name: read_results(folder / f"{name}.jsonl") for name in [BASELINE, *reruns]}
+
+
 def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str,
                 label: str, n_fixed: bool) -> None:
     """One Markdown table of every dataset's cells over those of its `selected` questions each has answered:
@@ -187,22 +194,22 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     commits: Counter = Counter()
     cpus: Counter = Counter()
     for dataset, examples in selected.items():
-        kept = {name: read_results(results / dataset / f"{name}.jsonl") for name in {*programs, *BASELINES}}
+        baselines = baseline_rows(results / dataset)
+        kept = {name: read_results(results / dataset / f"{name}.jsonl") for name in programs}
         runs = [(program, rows) for program in programs if (rows := answered_rows(kept[program], examples))]
         for program, rows in runs:
             commits.update(kept[program][row.id].commit for row in rows)
             cpus.update(kept[program][row.id].cpu or "not recorded" for row in rows)
         by_name = dict(runs)
         baseline = BASELINE if BASELINE in by_name else None
-        baselines = [kept[name] for name in BASELINES]
         answered = {row.id for rows in by_name.values() for row in rows}
         split = split_of([e for e in examples if e.id in answered], DATASETS[dataset].split)
         for row in table_rows(runs, METRICS, baseline):
             name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
-            same_cpu = (None if baseline is None or name in BASELINES
-                        else same_cpu_difference(kept[name], baselines, examples))
+            same_cpu = (None if baseline is None or name in baselines
+                        else same_cpu_difference(kept[name], list(baselines.values()), examples))
             same_cpu_change = f"{same_cpu} ({same_cpu.questions})".replace("-", "−") if same_cpu else "—"
             own = own_program(name)
             own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))
@@ -314,10 +321,11 @@ def main() -> int:
                         help="adaptive-rag: route the table's questions that --param adaptive-rag.classifier's "
                              "router learned from with this router, trained apart from them (--train-router FILE "
                              "--apart-from ROUTER); without it those questions are left out of the cell")
-    parser.add_argument("--rerun", action="store_true",
+    parser.add_argument("--rerun", nargs="?", const="", metavar="MACHINE",
                         help="answer --programs again, into rows PROGRAM-rerun (run it on another machine than the "
                              "programs' rows: greedy answers can differ between CPU kinds, and the row's difference "
-                             "from its own program is what the machine alone moves)")
+                             "from its own program is what the machine alone moves); on a further machine "
+                             "--rerun MACHINE (lower-case letters and digits) answers into PROGRAM-rerun-MACHINE")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")
@@ -342,10 +350,10 @@ def main() -> int:
         if program not in programs:
             raise SystemExit(f"--param {assignment!r}: {program!r} is not one of --programs")
         params.setdefault(program, {})[name] = value
-    if args.rerun and (args.compiled or args.tuned or args.router_labels):
+    if args.rerun is not None and (args.compiled or args.tuned or args.router_labels):
         raise SystemExit("--rerun answers --programs again: give it without --compiled, --tuned and --router-labels")
-    rerun = f"-{RERUN}" if args.rerun else ""
-    cells = [Cell(f"{name}{rerun}", name, params.get(name, {})) for name in programs]
+    cells = [Cell(name, name, params.get(name, {})) if args.rerun is None
+             else rerun_cell(name, params.get(name, {}), args.rerun) for name in programs]
     cells += [compiled_cell(path) for path in args.compiled]
     cells += [tuned_cell(path) for path in args.tuned]
     if args.cache and args.cache.exists() and not args.cache.is_dir():

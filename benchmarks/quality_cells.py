@@ -20,7 +20,8 @@ class Cell:
     """A row of the table: a program with its defaults (and any --param), a compiled file, tuned parameters, or a
     program answered again (--rerun)."""
 
-    name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled, PROGRAM-rerun), or PROGRAM-tuned-N
+    name: str  # the program's name, or it and one of VARIANTS (PROGRAM-compiled, PROGRAM-rerun), PROGRAM-tuned-N
+    # or PROGRAM-rerun-MACHINE
     program: str
     params: dict = field(default_factory=dict)
     compiled: Path | None = None
@@ -63,6 +64,7 @@ def tuned_cell(path: Path) -> Cell:
 
 
 RERUN = "rerun"  # PROGRAM-rerun: the program at its defaults answered again, on another machine (--rerun)
+MACHINE = re.compile(r"[a-z0-9]+")  # a further machine's rerun: PROGRAM-rerun-MACHINE (--rerun MACHINE)
 
 # The rows beside a program's defaults, shown in this order: compiled by a teleprompter (`compiled`:
 # BootstrapFewShot), with its written demos kept (`-kept`), with tuned parameters, or answered again.
@@ -77,15 +79,27 @@ def held_variants(results: Path, programs: list[str], datasets: list[str], given
     held = {path.stem for dataset in datasets for path in (results / dataset).glob("*.jsonl")} - given
     members = sorted((name for name in held if own_program(name) in programs and name not in
                       {f"{own_program(name)}-{variant}" for variant in VARIANTS}),
-                     key=lambda name: (name.rsplit("-", 1)[0], int(name.rsplit("-", 1)[1])))
+                     key=lambda name: (name.rsplit("-", 1)[0], len(name.rsplit("-", 1)[1]), name))
     return [Cell(f"{program}-{variant}", program) for variant in VARIANTS for program in programs
             if f"{program}-{variant}" in held] + [Cell(name, own_program(name)) for name in members]
 
 
 def own_program(cell: str) -> str | None:
-    """The program a compiled or tuned row varies (flare for flare-compiled), None for a program's own row."""
+    """The program a compiled, tuned or rerun row varies (flare for flare-compiled), None for a program's own row."""
     for variant in VARIANTS:
         if cell.endswith(f"-{variant}"):
             return cell[: -len(variant) - 1]
-    member = re.fullmatch(r"(.+)-tuned-\d+", cell)
+    member = re.fullmatch(rf"(.+)-(?:tuned-\d+|{RERUN}-{MACHINE.pattern})", cell)
     return member.group(1) if member else None
+
+
+def is_rerun(cell: str) -> bool:
+    """Whether the row is a program's answers again on another machine (PROGRAM-rerun or PROGRAM-rerun-MACHINE)."""
+    return re.fullmatch(rf".+-{RERUN}(?:-{MACHINE.pattern})?", cell) is not None
+
+
+def rerun_cell(program: str, params: dict, machine: str) -> Cell:
+    """The row of `program` answered again: PROGRAM-rerun, or PROGRAM-rerun-MACHINE for a further machine."""
+    if machine and not MACHINE.fullmatch(machine):
+        raise SystemExit(f"--rerun {machine!r}: name the machine in lower-case letters and digits, e.g. intel")
+    return Cell(f"{program}-{RERUN}" + (f"-{machine}" if machine else ""), program, params)

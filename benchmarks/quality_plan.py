@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dspy
-from quality_cells import RERUN
+from quality_cells import is_rerun, own_program
 
 import arag
 from arag.runs import Row
@@ -82,7 +82,7 @@ def split_of(examples: list[dspy.Example], default: str = "dev") -> str:
 
 def target_n(program: str, dataset: str, rows: list[Row], baseline: list[Row]) -> tuple[int, str]:
     """How many questions a cell should have answered, given what it and single-rag have answered, and why."""
-    if program in CORE or program.removesuffix(f"-{RERUN}") in CORE:  # a core program answered again: its count
+    if program in CORE or (is_rerun(program) and own_program(program) in CORE):  # a core program answered again
         return CORE_N[dataset], "core"
     n = len(rows)
     if n < FIRST_N:

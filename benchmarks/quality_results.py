@@ -132,7 +132,7 @@ def results_run(path: Path, name: str, rows: list[Row], n_total: int, record: Ru
 
 def same_cpu_difference(kept: dict[str, KeptRow], baselines: list[dict[str, KeptRow]],
                         examples: list[dspy.Example]) -> Difference | None:
-    """A cell's F1 difference from the baseline's kept rows (`baselines`: single-rag's own, then its rerun's) over
+    """A cell's F1 difference from the baseline's kept rows (`baselines`: single-rag's own, then its reruns') over
     those of `examples` the baseline answered on the CPU kind the cell's answer came from: the difference without
     the machine's share. None where no such question is at hand (rows whose CPU is not recorded pair with none)."""
     scores, baseline_scores = {}, {}

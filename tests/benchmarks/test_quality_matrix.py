@@ -203,6 +203,7 @@ def test_the_table_is_printed_from_the_results_alone(shared_dataset, tmp_path):
     (["--compiled", "/no/such/file.json"], "/no/such/file.json: no such compiled program file"),
     (["--report", str(ROOT / "pyproject.toml")], "pyproject.toml is a file; give the folder"),
     (["--rerun", "--tuned", "/no/such/best_params.json"], "--rerun answers --programs again: give it without"),
+    (["--rerun", "Intel Xeon"], "--rerun 'Intel Xeon': name the machine in lower-case letters and digits"),
     (["--programs", "adaptive-rag", "--param", f"adaptive-rag.classifier={TABLE_ROUTER}", "--second-router",
       "/no/such/router.json"], "--second-router: /no/such/router.json is not a router file (give a file written"),
 ])
@@ -295,6 +296,19 @@ def test_a_rerun_is_a_row_of_its_own_and_the_baseline_of_rows_answered_on_its_cp
     assert shown["single-rag-rerun"][9].startswith("−0.11 [") and shown["single-rag-rerun"][8] == "—"
     assert shown["no-retrieval"][7].startswith("+0.00 [")
     assert shown["no-retrieval"][8].startswith("+0.11 [") and shown["no-retrieval"][8].endswith("(6)")
+    # a third kind of CPU: the first rerun's answers now came from another one too, so no-retrieval pairs with no
+    # baseline on its own CPU until single-rag is answered there again, into a row of that machine's name
+    rerun = tmp_path / "results" / "hotpotqa" / "single-rag-rerun.jsonl"
+    rerun.write_text("".join(json.dumps({**json.loads(line), "cpu": "A third CPU"}) + "\n"
+                             for line in rerun.read_text().splitlines()))
+    assert from_results(tmp_path, "--table").split("| no-retrieval | ")[1].split(" | ")[7] == "—"
+    with OpenAICompatibleServer(last_word) as server:
+        finish(matrix(server, tmp_path, "--rerun", "here", programs="single-rag"))
+    shown = {line.split(" | ")[1]: line.split(" | ") for line in from_results(tmp_path, "--table").splitlines()
+             if line.startswith("| HotpotQA")}
+    assert list(shown) == ["no-retrieval", "single-rag", "single-rag-rerun", "single-rag-rerun-here"]
+    assert shown["single-rag-rerun-here"][9].startswith("+0.00 [") and shown["single-rag-rerun-here"][8] == "—"
+    assert shown["no-retrieval"][8].startswith("+0.00 [") and shown["no-retrieval"][8].endswith("(6)")
 
 
 def test_the_uncertainty_gate_is_told_the_table_s_date_whatever_day_it_runs(shared_dataset, tmp_path):

@@ -33,6 +33,13 @@ def test_core_programs_take_their_dataset_count_and_others_start_at_a_first_bloc
     assert target_n("self-ask", "2wiki", rows([1.0] * 5), rows([1.0] * 60)) == (20, "first block")
 
 
+def test_a_core_program_answered_again_on_any_machine_takes_its_count_and_a_variant_does_not():
+    for rerun in ("single-rag-rerun", "single-rag-rerun-intel", "flare-rerun-2"):
+        assert target_n(rerun, "2wiki", rows([1.0] * 5), rows([1.0] * 40)) == (CORE_N["2wiki"], "core")
+    for grown in ("self-ask-rerun-intel", "flare-compiled", "single-rag-tuned-3", "single-rag-rerun-Intel"):
+        assert target_n(grown, "2wiki", rows([1.0] * 5), rows([1.0] * 40)) == (20, "first block")
+
+
 def test_a_cell_grows_by_a_block_only_while_its_interval_holds_0_and_is_wide():
     baseline = rows([0.0, 1.0] * 30)
     # a wide interval around 0: the cell disagrees with single-rag on every question, half either way
