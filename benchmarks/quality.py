@@ -214,7 +214,8 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
             own = own_program(name)
             own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))
                           if own in by_name else None)
-            rule = "--n" if n_fixed else target_n(name, dataset, by_name[name], by_name.get(BASELINE, []))[1]
+            rule = "--n" if n_fixed else target_n(name, dataset, by_name[name],
+                                                   answered_rows(baselines[BASELINE], examples))[1]
             reused = f" ({row['reused_prompt_tokens']:,.0f})" if row["reused_prompt_tokens"] is not None else ""
             calls, prompt, completion, retrievals, seconds = (
                 per_question(row[name], spec) for name, spec in (("lm_calls", ".1f"), ("prompt_tokens", ",.0f"),
