@@ -27,8 +27,8 @@ FOLDER draws the same results as `arag report`'s page.
 than the table's: PROGRAM-compiled for BootstrapFewShot, PROGRAM-gepa for GEPA, PROGRAM-mipro for MIPROv2),
 --tuned FILE one for a program's parameters tuned on other questions
 (`benchmarks/tuning_local.py --skip 20`), --rerun one for each of --programs answered again (PROGRAM-rerun: on
-another kind of CPU, what the machine alone moves; PROGRAM-rerun-MACHINE with --rerun MACHINE, on a third); --table
-and --report show the compiled, tuned and rerun rows the results hold, after the others.
+another kind of CPU, what the machine alone moves; --rerun MACHINE: PROGRAM-rerun-MACHINE); --table and --report
+show the compiled, tuned and rerun rows the results hold, after the others.
 
 adaptive-rag's row needs a router trained on this model's runs over other questions than the table's:
 `--router-labels` runs what its labels need on questions apart from the table's (`--skip 20 --n 30 --runs
@@ -169,14 +169,6 @@ def report_cell(cell: str, dataset: str, examples: list[dspy.Example], kept: dic
     print(f"{cell:<24}{dataset:<10}{len(done):>4} questions, {failed} failed, F1 {f1:.3f}", flush=True)
 
 
-def baseline_rows(folder: Path) -> dict[str, dict[str, KeptRow]]:
-    """single-rag's kept rows in a dataset's results `folder`, then each of its reruns' (single-rag-rerun,
-    single-rag-rerun-MACHINE): the baselines a row is compared with on its own kind of CPU."""
-    reruns = sorted(path.stem for path in folder.glob(f"{BASELINE}-*.jsonl")
-                    if is_rerun(path.stem) and own_program(path.stem) == BASELINE)
-    return {name: read_results(folder / f"{name}.jsonl") for name in [BASELINE, *reruns]}
-
-
 def print_table(results: Path, programs: list[str], selected: dict[str, list[dspy.Example]], which: str,
                 label: str, n_fixed: bool) -> None:
     """One Markdown table of every dataset's cells over those of its `selected` questions each has answered:
@@ -194,7 +186,6 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
     commits: Counter = Counter()
     cpus: Counter = Counter()
     for dataset, examples in selected.items():
-        baselines = baseline_rows(results / dataset)
         kept = {name: read_results(results / dataset / f"{name}.jsonl") for name in programs}
         runs = [(program, rows) for program in programs if (rows := answered_rows(kept[program], examples))]
         for program, rows in runs:
@@ -208,14 +199,15 @@ def print_table(results: Path, programs: list[str], selected: dict[str, list[dsp
             name = row["run"]
             differences = [row.get(f"{metric} vs {baseline}") for metric in ("f1", "match")]
             f1_change, match_change = (str(d).replace("-", "−") if d else "—" for d in differences)
-            same_cpu = (None if baseline is None or name in baselines
-                        else same_cpu_difference(kept[name], list(baselines.values()), examples))
+            same_cpu = (None if baseline is None or name == BASELINE
+                        or (is_rerun(name) and own_program(name) == BASELINE)
+                        else same_cpu_difference(kept[name], results / dataset, BASELINE, examples))
             same_cpu_change = f"{same_cpu} ({same_cpu.questions})".replace("-", "−") if same_cpu else "—"
             own = own_program(name)
             own_change = (paired_difference(question_scores(by_name[name], "f1"), question_scores(by_name[own], "f1"))
                           if own in by_name else None)
             rule = "--n" if n_fixed else target_n(name, dataset, by_name[name],
-                                                   answered_rows(baselines[BASELINE], examples))[1]
+                                                   cell_rows(results, dataset, BASELINE, examples))[1]
             reused = f" ({row['reused_prompt_tokens']:,.0f})" if row["reused_prompt_tokens"] is not None else ""
             calls, prompt, completion, retrievals, seconds = (
                 per_question(row[name], spec) for name, spec in (("lm_calls", ".1f"), ("prompt_tokens", ",.0f"),
@@ -325,8 +317,7 @@ def main() -> int:
     parser.add_argument("--rerun", nargs="?", const="", metavar="MACHINE",
                         help="answer --programs again, into rows PROGRAM-rerun (run it on another machine than the "
                              "programs' rows: greedy answers can differ between CPU kinds, and the row's difference "
-                             "from its own program is what the machine alone moves); on a further machine "
-                             "--rerun MACHINE (lower-case letters and digits) answers into PROGRAM-rerun-MACHINE")
+                             "from its own program is what the machine alone moves; --rerun M: PROGRAM-rerun-M)")
     parser.add_argument("--sync", action="store_true",
                         help="only copy what the run folders finished into the results (before a commit, while a "
                              "matrix is stopped in the middle of a cell)")

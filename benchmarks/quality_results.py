@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import dspy
 from pydantic import ConfigDict, TypeAdapter
+from quality_cells import is_rerun, own_program
 
 from arag.data._io import atomic_writer
 from arag.errors import DataError
@@ -130,11 +131,21 @@ def results_run(path: Path, name: str, rows: list[Row], n_total: int, record: Ru
     return Run(path, name, record, rows, summarize(rows, n_total=n_total, wall_time=0.0, record=record))
 
 
-def same_cpu_difference(kept: dict[str, KeptRow], baselines: list[dict[str, KeptRow]],
+def baseline_rows(folder: Path, baseline: str) -> dict[str, dict[str, KeptRow]]:
+    """`baseline`'s kept rows in a dataset's results `folder`, then each of its reruns' (BASELINE-rerun,
+    BASELINE-rerun-MACHINE): the rows a cell is compared with on its own kind of CPU."""
+    reruns = sorted(path.stem for path in folder.glob(f"{baseline}-*.jsonl")
+                    if is_rerun(path.stem) and own_program(path.stem) == baseline)
+    return {name: read_results(folder / f"{name}.jsonl") for name in [baseline, *reruns]}
+
+
+def same_cpu_difference(kept: dict[str, KeptRow], folder: Path, baseline: str,
                         examples: list[dspy.Example]) -> Difference | None:
-    """A cell's F1 difference from the baseline's kept rows (`baselines`: single-rag's own, then its reruns') over
-    those of `examples` the baseline answered on the CPU kind the cell's answer came from: the difference without
-    the machine's share. None where no such question is at hand (rows whose CPU is not recorded pair with none)."""
+    """A cell's F1 difference from `baseline`'s kept rows in the dataset's results `folder` (its own, then its
+    reruns') over those of `examples` the baseline answered on the CPU kind the cell's answer came from: the
+    difference without the machine's share. None where no such question is at hand (rows whose CPU is not recorded
+    pair with none)."""
+    baselines = baseline_rows(folder, baseline).values()
     scores, baseline_scores = {}, {}
     for example in examples:
         row = kept.get(example.id)
